@@ -1,0 +1,762 @@
+"""Typed Python values for CRI v1 messages.
+
+These are what the rest of nodeagent sees; the protobuf classes stay inside
+cri/. Each dataclass is named like its proto message (a few response shapes
+get a clearer name: VersionInfo, ExecSyncResult, ContainerEvent) and has the
+proto's fields under snake_case names (``uidMappings`` -> ``uid_mappings``,
+``CDI_devices`` -> ``cdi_devices``). cri.convert maps them by field name.
+
+Conventions, applied uniformly:
+  * a nested message is ``X | None`` (None = not sent / not reported);
+  * a presence wrapper (Int64Value, UInt64Value, *StateValue) is its
+    unwrapped value or None: ``run_as_user: int | None``;
+  * repeated fields are lists, maps are dicts, ``ContainerConfig.envs``
+    (repeated KeyValue) is an ordered dict;
+  * enums are IntEnums with the proto's member names;
+  * timestamps stay integers in nanoseconds since the epoch, as on the wire.
+
+nodeagent is Linux-only: the ``windows`` fields and Windows* messages of the
+schema have no counterpart here (convert leaves them unset / ignores them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class ProtoEnum(IntEnum):
+    """An IntEnum that keeps values it does not know.
+
+    proto3 enums are open: a newer runtime may send a number this schema lacks.
+    Such a value becomes a pseudo-member named ``UNKNOWN_<n>`` instead of
+    failing the whole response.
+    """
+
+    @classmethod
+    def _missing_(cls, value: object) -> ProtoEnum | None:
+        if not isinstance(value, int):
+            return None
+        member = int.__new__(cls, value)
+        member._name_ = f"UNKNOWN_{value}"
+        member._value_ = value
+        return member
+
+
+# ----------------------------------------------------------------- enums
+
+
+class Protocol(ProtoEnum):
+    TCP = 0
+    UDP = 1
+    SCTP = 2
+
+
+class MountPropagation(ProtoEnum):
+    PROPAGATION_PRIVATE = 0
+    PROPAGATION_HOST_TO_CONTAINER = 1
+    PROPAGATION_BIDIRECTIONAL = 2
+
+
+class NamespaceMode(ProtoEnum):
+    POD = 0
+    CONTAINER = 1
+    NODE = 2
+    TARGET = 3
+
+
+class SupplementalGroupsPolicy(ProtoEnum):
+    Merge = 0
+    Strict = 1
+
+
+class ProfileType(ProtoEnum):
+    """SecurityProfile.ProfileType."""
+
+    RuntimeDefault = 0
+    Unconfined = 1
+    Localhost = 2
+
+
+class PodSandboxState(ProtoEnum):
+    SANDBOX_READY = 0
+    SANDBOX_NOTREADY = 1
+
+
+class ContainerState(ProtoEnum):
+    CONTAINER_CREATED = 0
+    CONTAINER_RUNNING = 1
+    CONTAINER_EXITED = 2
+    CONTAINER_UNKNOWN = 3
+
+
+class ContainerEventType(ProtoEnum):
+    CONTAINER_CREATED_EVENT = 0
+    CONTAINER_STARTED_EVENT = 1
+    CONTAINER_STOPPED_EVENT = 2
+    CONTAINER_DELETED_EVENT = 3
+
+
+class CgroupDriver(ProtoEnum):
+    SYSTEMD = 0
+    CGROUPFS = 1
+
+
+class Signal(ProtoEnum):
+    """Stop signals; RUNTIME_DEFAULT lets the image / runtime decide."""
+
+    RUNTIME_DEFAULT = 0
+    SIGABRT = 1
+    SIGALRM = 2
+    SIGBUS = 3
+    SIGCHLD = 4
+    SIGCLD = 5
+    SIGCONT = 6
+    SIGFPE = 7
+    SIGHUP = 8
+    SIGILL = 9
+    SIGINT = 10
+    SIGIO = 11
+    SIGIOT = 12
+    SIGKILL = 13
+    SIGPIPE = 14
+    SIGPOLL = 15
+    SIGPROF = 16
+    SIGPWR = 17
+    SIGQUIT = 18
+    SIGSEGV = 19
+    SIGSTKFLT = 20
+    SIGSTOP = 21
+    SIGSYS = 22
+    SIGTERM = 23
+    SIGTRAP = 24
+    SIGTSTP = 25
+    SIGTTIN = 26
+    SIGTTOU = 27
+    SIGURG = 28
+    SIGUSR1 = 29
+    SIGUSR2 = 30
+    SIGVTALRM = 31
+    SIGWINCH = 32
+    SIGXCPU = 33
+    SIGXFSZ = 34
+    SIGRTMIN = 35
+    SIGRTMINPLUS1 = 36
+    SIGRTMINPLUS2 = 37
+    SIGRTMINPLUS3 = 38
+    SIGRTMINPLUS4 = 39
+    SIGRTMINPLUS5 = 40
+    SIGRTMINPLUS6 = 41
+    SIGRTMINPLUS7 = 42
+    SIGRTMINPLUS8 = 43
+    SIGRTMINPLUS9 = 44
+    SIGRTMINPLUS10 = 45
+    SIGRTMINPLUS11 = 46
+    SIGRTMINPLUS12 = 47
+    SIGRTMINPLUS13 = 48
+    SIGRTMINPLUS14 = 49
+    SIGRTMINPLUS15 = 50
+    SIGRTMAXMINUS14 = 51
+    SIGRTMAXMINUS13 = 52
+    SIGRTMAXMINUS12 = 53
+    SIGRTMAXMINUS11 = 54
+    SIGRTMAXMINUS10 = 55
+    SIGRTMAXMINUS9 = 56
+    SIGRTMAXMINUS8 = 57
+    SIGRTMAXMINUS7 = 58
+    SIGRTMAXMINUS6 = 59
+    SIGRTMAXMINUS5 = 60
+    SIGRTMAXMINUS4 = 61
+    SIGRTMAXMINUS3 = 62
+    SIGRTMAXMINUS2 = 63
+    SIGRTMAXMINUS1 = 64
+    SIGRTMAX = 65
+
+
+# ----------------------------------------------------------------- shared pieces
+
+_dc = dataclass(frozen=True, slots=True, kw_only=True)
+
+
+@_dc
+class VersionInfo:
+    """VersionResponse."""
+
+    version: str = ""
+    runtime_name: str = ""
+    runtime_version: str = ""
+    runtime_api_version: str = ""
+
+
+@_dc
+class DNSConfig:
+    servers: list[str] = field(default_factory=list)
+    searches: list[str] = field(default_factory=list)
+    options: list[str] = field(default_factory=list)
+
+
+@_dc
+class PortMapping:
+    protocol: Protocol = Protocol.TCP
+    container_port: int = 0
+    host_port: int = 0
+    host_ip: str = ""
+
+
+@_dc
+class IDMapping:
+    host_id: int = 0
+    container_id: int = 0
+    length: int = 0
+
+
+@_dc
+class ImageSpec:
+    image: str = ""
+    annotations: dict[str, str] = field(default_factory=dict)
+    user_specified_image: str = ""
+    runtime_handler: str = ""
+    image_ref: str = ""
+
+
+@_dc
+class Mount:
+    container_path: str = ""
+    host_path: str = ""
+    readonly: bool = False
+    selinux_relabel: bool = False
+    propagation: MountPropagation = MountPropagation.PROPAGATION_PRIVATE
+    uid_mappings: list[IDMapping] = field(default_factory=list)
+    gid_mappings: list[IDMapping] = field(default_factory=list)
+    recursive_read_only: bool = False
+    image: ImageSpec | None = None
+    image_sub_path: str = ""
+
+
+@_dc
+class UserNamespace:
+    mode: NamespaceMode = NamespaceMode.POD
+    uids: list[IDMapping] = field(default_factory=list)
+    gids: list[IDMapping] = field(default_factory=list)
+
+
+@_dc
+class NamespaceOption:
+    network: NamespaceMode = NamespaceMode.POD
+    pid: NamespaceMode = NamespaceMode.POD
+    ipc: NamespaceMode = NamespaceMode.POD
+    target_id: str = ""
+    userns_options: UserNamespace | None = None
+
+
+@_dc
+class SELinuxOption:
+    user: str = ""
+    role: str = ""
+    type: str = ""
+    level: str = ""
+
+
+@_dc
+class SecurityProfile:
+    profile_type: ProfileType = ProfileType.RuntimeDefault
+    localhost_ref: str = ""
+
+
+@_dc
+class Capability:
+    add_capabilities: list[str] = field(default_factory=list)
+    drop_capabilities: list[str] = field(default_factory=list)
+    add_ambient_capabilities: list[str] = field(default_factory=list)
+
+
+@_dc
+class HugepageLimit:
+    page_size: str = ""
+    limit: int = 0
+
+
+@_dc
+class LinuxContainerResources:
+    """Zero / empty means "not set" for every field."""
+
+    cpu_period: int = 0
+    cpu_quota: int = 0
+    cpu_shares: int = 0
+    memory_limit_in_bytes: int = 0
+    oom_score_adj: int = 0
+    cpuset_cpus: str = ""
+    cpuset_mems: str = ""
+    hugepage_limits: list[HugepageLimit] = field(default_factory=list)
+    unified: dict[str, str] = field(default_factory=dict)
+    memory_swap_limit_in_bytes: int = 0
+
+
+# ----------------------------------------------------------------- pod sandboxes
+
+
+@_dc
+class LinuxSandboxSecurityContext:
+    namespace_options: NamespaceOption | None = None
+    selinux_options: SELinuxOption | None = None
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    readonly_rootfs: bool = False
+    supplemental_groups: list[int] = field(default_factory=list)
+    supplemental_groups_policy: SupplementalGroupsPolicy = SupplementalGroupsPolicy.Merge
+    privileged: bool = False
+    seccomp: SecurityProfile | None = None
+    apparmor: SecurityProfile | None = None
+    seccomp_profile_path: str = ""  # deprecated upstream; use seccomp
+
+
+@_dc
+class LinuxPodSandboxConfig:
+    cgroup_parent: str = ""
+    security_context: LinuxSandboxSecurityContext | None = None
+    sysctls: dict[str, str] = field(default_factory=dict)
+    overhead: LinuxContainerResources | None = None
+    resources: LinuxContainerResources | None = None
+
+
+@_dc
+class PodSandboxMetadata:
+    name: str = ""
+    uid: str = ""
+    namespace: str = ""
+    attempt: int = 0
+
+
+@_dc
+class PodSandboxConfig:
+    metadata: PodSandboxMetadata | None = None
+    hostname: str = ""  # must stay empty with a NODE network namespace
+    log_directory: str = ""
+    dns_config: DNSConfig | None = None
+    port_mappings: list[PortMapping] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    linux: LinuxPodSandboxConfig | None = None
+
+
+@_dc
+class PodIP:
+    ip: str = ""
+
+
+@_dc
+class PodSandboxNetworkStatus:
+    ip: str = ""
+    additional_ips: list[PodIP] = field(default_factory=list)
+
+
+@_dc
+class Namespace:
+    options: NamespaceOption | None = None
+
+
+@_dc
+class LinuxPodSandboxStatus:
+    namespaces: Namespace | None = None
+
+
+@_dc
+class PodSandboxStatus:
+    id: str = ""
+    metadata: PodSandboxMetadata | None = None
+    state: PodSandboxState = PodSandboxState.SANDBOX_READY
+    created_at: int = 0
+    network: PodSandboxNetworkStatus | None = None
+    linux: LinuxPodSandboxStatus | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    runtime_handler: str = ""
+
+
+@_dc
+class PodSandbox:
+    id: str = ""
+    metadata: PodSandboxMetadata | None = None
+    state: PodSandboxState = PodSandboxState.SANDBOX_READY
+    created_at: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    runtime_handler: str = ""
+
+
+@_dc
+class PodSandboxFilter:
+    """All set fields must match; label_selector matches exact values."""
+
+    id: str = ""
+    state: PodSandboxState | None = None
+    label_selector: dict[str, str] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------- containers
+
+
+@_dc
+class LinuxContainerSecurityContext:
+    capabilities: Capability | None = None
+    privileged: bool = False
+    namespace_options: NamespaceOption | None = None
+    selinux_options: SELinuxOption | None = None
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    run_as_username: str = ""
+    readonly_rootfs: bool = False
+    supplemental_groups: list[int] = field(default_factory=list)
+    supplemental_groups_policy: SupplementalGroupsPolicy = SupplementalGroupsPolicy.Merge
+    no_new_privs: bool = False
+    masked_paths: list[str] = field(default_factory=list)
+    readonly_paths: list[str] = field(default_factory=list)
+    seccomp: SecurityProfile | None = None
+    apparmor: SecurityProfile | None = None
+    apparmor_profile: str = ""  # deprecated upstream; use apparmor
+    seccomp_profile_path: str = ""  # deprecated upstream; use seccomp
+
+
+@_dc
+class LinuxContainerConfig:
+    resources: LinuxContainerResources | None = None
+    security_context: LinuxContainerSecurityContext | None = None
+
+
+@_dc
+class ContainerMetadata:
+    name: str = ""
+    attempt: int = 0
+
+
+@_dc
+class Device:
+    container_path: str = ""
+    host_path: str = ""
+    permissions: str = ""
+
+
+@_dc
+class CDIDevice:
+    name: str = ""
+
+
+@_dc
+class ContainerConfig:
+    metadata: ContainerMetadata | None = None
+    image: ImageSpec | None = None
+    command: list[str] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)
+    working_dir: str = ""
+    envs: dict[str, str] = field(default_factory=dict)  # repeated KeyValue, in order
+    mounts: list[Mount] = field(default_factory=list)
+    devices: list[Device] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    log_path: str = ""  # relative to PodSandboxConfig.log_directory
+    stdin: bool = False
+    stdin_once: bool = False
+    tty: bool = False
+    linux: LinuxContainerConfig | None = None
+    cdi_devices: list[CDIDevice] = field(default_factory=list)  # ignored by containerd < 1.7.2
+    stop_signal: Signal = Signal.RUNTIME_DEFAULT
+
+
+@_dc
+class Container:
+    id: str = ""
+    pod_sandbox_id: str = ""
+    metadata: ContainerMetadata | None = None
+    image: ImageSpec | None = None
+    image_ref: str = ""
+    state: ContainerState = ContainerState.CONTAINER_CREATED
+    created_at: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    image_id: str = ""
+
+
+@_dc
+class ContainerFilter:
+    """All set fields must match; label_selector matches exact values."""
+
+    id: str = ""
+    state: ContainerState | None = None
+    pod_sandbox_id: str = ""
+    label_selector: dict[str, str] = field(default_factory=dict)
+
+
+@_dc
+class ContainerResources:
+    linux: LinuxContainerResources | None = None
+
+
+@_dc
+class LinuxContainerUser:
+    uid: int = 0
+    gid: int = 0
+    supplemental_groups: list[int] = field(default_factory=list)
+
+
+@_dc
+class ContainerUser:
+    linux: LinuxContainerUser | None = None
+
+
+@_dc
+class ContainerStatus:
+    id: str = ""
+    metadata: ContainerMetadata | None = None
+    state: ContainerState = ContainerState.CONTAINER_CREATED
+    created_at: int = 0
+    started_at: int = 0
+    finished_at: int = 0
+    exit_code: int = 0
+    image: ImageSpec | None = None
+    image_ref: str = ""
+    reason: str = ""  # Completed, Error, OOMKilled, StartError, ...
+    message: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    mounts: list[Mount] = field(default_factory=list)
+    log_path: str = ""
+    resources: ContainerResources | None = None
+    image_id: str = ""
+    user: ContainerUser | None = None
+    stop_signal: Signal = Signal.RUNTIME_DEFAULT
+
+
+@_dc
+class ExecSyncResult:
+    """ExecSyncResponse."""
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    exit_code: int = 0
+
+
+@_dc
+class ExecRequest:
+    container_id: str = ""
+    cmd: list[str] = field(default_factory=list)
+    tty: bool = False
+    stdin: bool = False
+    stdout: bool = False
+    stderr: bool = False
+    audit_request_id: str = ""
+
+
+@_dc
+class AttachRequest:
+    container_id: str = ""
+    stdin: bool = False
+    tty: bool = False
+    stdout: bool = False
+    stderr: bool = False
+    audit_request_id: str = ""
+
+
+@_dc
+class ContainerEvent:
+    """ContainerEventResponse."""
+
+    container_id: str = ""
+    container_event_type: ContainerEventType = ContainerEventType.CONTAINER_CREATED_EVENT
+    created_at: int = 0
+    pod_sandbox_status: PodSandboxStatus | None = None
+    containers_statuses: list[ContainerStatus] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------- images
+
+
+@_dc
+class Image:
+    id: str = ""
+    repo_tags: list[str] = field(default_factory=list)
+    repo_digests: list[str] = field(default_factory=list)
+    size: int = 0
+    uid: int | None = None
+    username: str = ""
+    spec: ImageSpec | None = None
+    pinned: bool = False
+
+
+@_dc
+class ImageFilter:
+    image: ImageSpec | None = None
+
+
+@_dc
+class AuthConfig:
+    username: str = ""
+    password: str = field(default="", repr=False)
+    auth: str = field(default="", repr=False)
+    server_address: str = ""
+    identity_token: str = field(default="", repr=False)
+    registry_token: str = field(default="", repr=False)
+
+
+# ----------------------------------------------------------------- runtime status and config
+
+
+@_dc
+class RuntimeCondition:
+    type: str = ""  # RuntimeReady, NetworkReady, ...
+    status: bool = False
+    reason: str = ""
+    message: str = ""
+
+
+@_dc
+class RuntimeStatus:
+    conditions: list[RuntimeCondition] = field(default_factory=list)
+
+    def condition(self, type: str) -> RuntimeCondition | None:
+        """The condition of the given type, if the runtime reported it."""
+        return next((c for c in self.conditions if c.type == type), None)
+
+
+@_dc
+class LinuxRuntimeConfiguration:
+    cgroup_driver: CgroupDriver = CgroupDriver.SYSTEMD
+
+
+# ----------------------------------------------------------------- stats
+
+
+@_dc
+class FilesystemIdentifier:
+    mountpoint: str = ""
+
+
+@_dc
+class FilesystemUsage:
+    timestamp: int = 0
+    fs_id: FilesystemIdentifier | None = None
+    used_bytes: int | None = None
+    inodes_used: int | None = None
+
+
+@_dc
+class PsiData:
+    total: int = 0  # cumulative stall time, ns
+    avg10: float = 0.0
+    avg60: float = 0.0
+    avg300: float = 0.0
+
+
+@_dc
+class PsiStats:
+    full: PsiData | None = None
+    some: PsiData | None = None
+
+
+@_dc
+class CpuUsage:
+    timestamp: int = 0
+    usage_core_nano_seconds: int | None = None
+    usage_nano_cores: int | None = None
+    psi: PsiStats | None = None
+
+
+@_dc
+class MemoryUsage:
+    timestamp: int = 0
+    working_set_bytes: int | None = None
+    available_bytes: int | None = None
+    usage_bytes: int | None = None
+    rss_bytes: int | None = None
+    page_faults: int | None = None
+    major_page_faults: int | None = None
+    psi: PsiStats | None = None
+
+
+@_dc
+class SwapUsage:
+    timestamp: int = 0
+    swap_available_bytes: int | None = None
+    swap_usage_bytes: int | None = None
+
+
+@_dc
+class IoUsage:
+    timestamp: int = 0
+    psi: PsiStats | None = None
+
+
+@_dc
+class ContainerAttributes:
+    id: str = ""
+    metadata: ContainerMetadata | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@_dc
+class ContainerStats:
+    attributes: ContainerAttributes | None = None
+    cpu: CpuUsage | None = None
+    memory: MemoryUsage | None = None
+    writable_layer: FilesystemUsage | None = None
+    swap: SwapUsage | None = None
+    io: IoUsage | None = None
+
+
+@_dc
+class ContainerStatsFilter:
+    id: str = ""
+    pod_sandbox_id: str = ""
+    label_selector: dict[str, str] = field(default_factory=dict)
+
+
+@_dc
+class NetworkInterfaceUsage:
+    name: str = ""
+    rx_bytes: int | None = None
+    rx_errors: int | None = None
+    tx_bytes: int | None = None
+    tx_errors: int | None = None
+
+
+@_dc
+class NetworkUsage:
+    timestamp: int = 0
+    default_interface: NetworkInterfaceUsage | None = None
+    interfaces: list[NetworkInterfaceUsage] = field(default_factory=list)
+
+
+@_dc
+class ProcessUsage:
+    timestamp: int = 0
+    process_count: int | None = None
+
+
+@_dc
+class PodSandboxAttributes:
+    id: str = ""
+    metadata: PodSandboxMetadata | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@_dc
+class LinuxPodSandboxStats:
+    cpu: CpuUsage | None = None
+    memory: MemoryUsage | None = None
+    network: NetworkUsage | None = None
+    process: ProcessUsage | None = None
+    containers: list[ContainerStats] = field(default_factory=list)
+    io: IoUsage | None = None
+
+
+@_dc
+class PodSandboxStats:
+    attributes: PodSandboxAttributes | None = None
+    linux: LinuxPodSandboxStats | None = None
+
+
+@_dc
+class PodSandboxStatsFilter:
+    id: str = ""
+    label_selector: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,456 @@
+"""A private containerd for tests, CI and the demo.
+
+Everything an instance owns lives under one base directory: root, state,
+socket, config, CNI config and IPAM data, runc state, log and pid file.
+Several instances (a test session next to `make env`) can therefore run at
+once; what containerd 1.6 keeps in global places is either redirected here
+(netns mounts, runc root, host-local dataDir) or made unique by name
+(bridge, CNI network) and removed on stop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import grpc
+
+from devenv import hostclean
+from devenv.images import PAUSE_IMAGE, ImageArchive, build_images
+from devenv.rawcri import RawCRI
+
+NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin works in
+DEFAULT_SUBNET = "10.88.0.0/16"  # the subnet of DEFAULT_DIR's environment
+# Short and under /tmp: the socket path must stay below 108 bytes.
+DEFAULT_DIR = Path("/tmp/nodeagent-devenv")
+CONFLIST = "10-nodeagent.conflist"
+START_TIMEOUT = 30.0
+# containerd also listens on SOCKET.ttrpc; a unix socket path has < 108 bytes.
+_MAX_SOCKET = 107 - len(".ttrpc")
+_BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def derived_subnet(base_dir: str | os.PathLike[str]) -> str:
+    """A /16 in 10.100.0.0-10.199.255.255 chosen by base dir, for environments
+    (test sessions) that run next to the one on DEFAULT_SUBNET (`devenv up`).
+
+    Subnets routed on this host (an environment with pods) or configured by
+    another running devenv containerd (maybe idle, so without a route yet)
+    are skipped.
+    """
+    digest = hashlib.sha256(str(Path(base_dir).absolute()).encode()).digest()
+    used = _routed_networks() + _running_env_networks()
+    for i in range(100):
+        candidate = ipaddress.ip_network(f"10.{100 + (digest[0] + i) % 100}.0.0/16")
+        if not any(candidate.overlaps(net) for net in used):
+            return str(candidate)
+    return str(candidate)
+
+
+def _routed_networks() -> list[ipaddress.IPv4Network]:
+    try:
+        out = subprocess.run(["ip", "-j", "-4", "route"], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    nets = []
+    for route in json.loads(out or "[]"):
+        dst = route.get("dst", "default")
+        if dst != "default":
+            nets.append(ipaddress.IPv4Network(dst, strict=False))
+    return nets
+
+
+def _running_env_networks() -> list[ipaddress.IPv4Network]:
+    """Subnets of the devenv containerds running on this host (found by their
+    `--config BASE/config.toml` argument)."""
+    nets = []
+    for entry in os.listdir("/proc"):
+        argv = hostclean.pid_cmdline(int(entry)) if entry.isdigit() else []
+        if len(argv) == 3 and os.path.basename(argv[0]) == "containerd" \
+                and argv[1] == "--config":
+            conflist = Path(argv[2]).parent / "cni" / "net.d" / CONFLIST
+            try:
+                ranges = json.loads(conflist.read_text())["plugins"][0]["ipam"]["ranges"]
+                nets.append(ipaddress.IPv4Network(ranges[0][0]["subnet"]))
+            except (OSError, ValueError, LookupError):
+                continue
+    return nets
+
+
+def _toml(value: object) -> str:
+    # JSON strings, booleans, numbers and arrays of them are valid TOML.
+    return json.dumps(value)
+
+
+class Containerd:
+    """One private containerd daemon with the CRI plugin, bridge CNI and our images."""
+
+    def __init__(self, base_dir: str | os.PathLike[str], *, subnet: str | None = None,
+                 start_timeout: float = START_TIMEOUT) -> None:
+        """`subnet` None means: the one in an existing config under base_dir, else
+        DEFAULT_SUBNET for DEFAULT_DIR, else one derived from base_dir (so that
+        a test session and the demo never share a subnet)."""
+        self.base_dir = Path(base_dir).absolute()
+        self.subnet = str(ipaddress.ip_network(subnet or self._default_subnet()))
+        self.start_timeout = start_timeout
+        if len(self.socket_path) > _MAX_SOCKET:
+            raise ValueError(f"socket path too long for a unix socket: {self.socket_path}")
+        tag = hashlib.sha256(str(self.base_dir).encode()).hexdigest()[:8]
+        self.bridge_name = "na" + tag  # interface names are at most 15 chars
+        self.network_name = "nodeagent-" + tag
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # --- paths -------------------------------------------------------------
+
+    @property
+    def root_dir(self) -> Path:
+        return self.base_dir / "root"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.base_dir / "state"
+
+    @property
+    def config_path(self) -> Path:
+        return self.base_dir / "config.toml"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.base_dir / "cni" / "net.d"
+
+    @property
+    def cni_data_dir(self) -> Path:
+        return self.base_dir / "cni" / "ipam"
+
+    @property
+    def runc_root(self) -> Path:
+        return self.base_dir / "runc"
+
+    @property
+    def log_path(self) -> Path:
+        return self.base_dir / "containerd.log"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.base_dir / "containerd.pid"
+
+    @property
+    def socket_path(self) -> str:
+        return str(self.base_dir / "containerd.sock")
+
+    @property
+    def endpoint(self) -> str:
+        return "unix://" + self.socket_path
+
+    # --- configuration -----------------------------------------------------
+
+    def _default_subnet(self) -> str:
+        try:
+            conflist = json.loads((self.cni_conf_dir / CONFLIST).read_text())
+            subnet: str = conflist["plugins"][0]["ipam"]["ranges"][0][0]["subnet"]
+            return subnet
+        except (OSError, ValueError, LookupError):
+            pass
+        if self.base_dir == DEFAULT_DIR:
+            return DEFAULT_SUBNET
+        return derived_subnet(self.base_dir)
+
+    def config_text(self) -> str:
+        """containerd's config: the defaults, plus what a private instance needs."""
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        runtimes = f"{cri}.containerd.runtimes"
+        lines = [
+            "version = 2",
+            f"root = {_toml(str(self.root_dir))}",
+            f"state = {_toml(str(self.state_dir))}",
+            # Snapshotters that cannot work here only add errors to the log.
+            "disabled_plugins = " + _toml([
+                "io.containerd.snapshotter.v1.aufs",
+                "io.containerd.snapshotter.v1.btrfs",
+                "io.containerd.snapshotter.v1.devmapper",
+                "io.containerd.snapshotter.v1.zfs",
+            ]),
+            "",
+            "[grpc]",
+            f"  address = {_toml(self.socket_path)}",
+            "",
+            f"[{cri}]",
+            f"  sandbox_image = {_toml(PAUSE_IMAGE)}",
+            # These machines lack CAP_SYS_RESOURCE: without this every sandbox
+            # fails ("can't get final child's PID from pipe: EOF").
+            "  restrict_oom_score_adj = true",
+            # Otherwise netns files go to the global /var/run/netns.
+            "  netns_mounts_under_state_dir = true",
+            '  stream_server_address = "127.0.0.1"',
+            '  stream_server_port = "0"',
+            # ImageFsInfo and container stats come from a snapshot-usage sweep
+            # run every this many seconds (default 10): a fresh daemon reports
+            # 0 bytes until the first sweep, which tests would have to outwait.
+            "  stats_collect_period = 1",
+            "",
+            f"[{cri}.cni]",
+            '  bin_dir = "/usr/lib/cni"',  # Debian's location, not /opt/cni/bin
+            f"  conf_dir = {_toml(str(self.cni_conf_dir))}",
+            "  max_conf_num = 1",
+            "",
+            f"[{cri}.containerd]",
+            '  snapshotter = "overlayfs"',
+            '  default_runtime_name = "runc"',
+            "",
+            f"[{runtimes}.runc]",
+            '  runtime_type = "io.containerd.runc.v2"',
+            f"[{runtimes}.runc.options]",
+            # A private runc state root: stop() can find and kill exactly our
+            # containers, even after the shims are gone.
+            f"  Root = {_toml(str(self.runc_root))}",
+        ]
+        crun = shutil.which("crun")
+        if crun:  # a second handler for RuntimeClass tests, when crun is installed
+            lines += [
+                "",
+                f"[{runtimes}.crun]",
+                '  runtime_type = "io.containerd.runc.v2"',
+                f"[{runtimes}.crun.options]",
+                f"  BinaryName = {_toml(crun)}",
+                f"  Root = {_toml(str(self.base_dir / 'crun'))}",
+            ]
+        lines += [
+            "",
+            '[plugins."io.containerd.internal.v1.opt"]',
+            f"  path = {_toml(str(self.base_dir / 'opt'))}",  # not /opt/containerd
+            "",
+        ]
+        return "\n".join(lines)
+
+    def cni_config(self) -> dict[str, object]:
+        """bridge + host-local + portmap; lo is set up by the CRI plugin itself
+        (it runs /usr/lib/cni/loopback for every pod), so it is not chained here."""
+        return {
+            "cniVersion": "1.0.0",
+            "name": self.network_name,
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": self.bridge_name,
+                    "isGateway": True,
+                    # No masquerading: nothing outside this machine may be reached
+                    # anyway, and it would leave NAT rules on the host.
+                    "ipMasq": False,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": self.subnet}]],
+                        "routes": [{"dst": "0.0.0.0/0"}],
+                        "dataDir": str(self.cni_data_dir),
+                    },
+                },
+                {"type": "portmap", "capabilities": {"portMappings": True}},
+            ],
+        }
+
+    def write_config(self) -> None:
+        for d in (self.base_dir, self.cni_conf_dir, self.cni_data_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.config_text())
+        conflist = self.cni_conf_dir / CONFLIST
+        conflist.write_text(json.dumps(self.cni_config(), indent=2) + "\n")
+
+    # --- lifecycle -----------------------------------------------------------
+
+    def pid(self) -> int | None:
+        """The daemon's pid if it is running (it may have been started by another process)."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc.pid
+        try:
+            pid = int(self.pid_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        # A stale pid file may name a reused pid: check it is our containerd.
+        argv = hostclean.pid_cmdline(pid)
+        if hostclean.pid_alive(pid) and str(self.config_path) in argv:
+            return pid
+        return None
+
+    def is_running(self) -> bool:
+        return self.pid() is not None
+
+    def start(self) -> None:
+        """Start the daemon (detached: it outlives this process) and wait for CRI.
+
+        Does nothing but wait when it already runs, so it is idempotent.
+        """
+        if not self.is_running():
+            self.write_config()
+            env = dict(os.environ)
+            # containerd finds containerd-shim-runc-v2 and runc on PATH.
+            env["PATH"] = env.get("PATH", "") + ":" + _BASE_PATH
+            with open(self.log_path, "ab") as log:
+                self._proc = subprocess.Popen(
+                    ["containerd", "--config", str(self.config_path)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    # Own session: a Ctrl-C in the terminal of `devenv up` must not
+                    # reach the daemon, which is meant to outlive the command.
+                    start_new_session=True, env=env, cwd=self.base_dir,
+                )
+            self.pid_path.write_text(f"{self._proc.pid}\n")
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float | None = None) -> dict[str, str]:
+        """Poll CRI's Version until it answers; return its answer.
+
+        Each attempt uses a fresh channel: a gRPC channel that failed once
+        waits out a reconnect backoff (1 s) before trying again, which would
+        make every start a second slower than containerd's ~30 ms boot.
+        """
+        limit = timeout or self.start_timeout
+        deadline = time.monotonic() + limit
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if not self.is_running():
+                raise RuntimeError(f"containerd exited during start-up; "
+                                   f"log {self.log_path}:\n{self.log_tail()}")
+            if os.path.exists(self.socket_path):
+                try:
+                    with RawCRI(self.socket_path) as cri:
+                        return cri.version(timeout=1.0)
+                except grpc.RpcError as e:
+                    last = e
+            time.sleep(0.02)
+        raise TimeoutError(f"containerd CRI did not answer on {self.endpoint} within "
+                           f"{limit:.0f}s ({last}); log {self.log_path}:\n{self.log_tail()}")
+
+    def version(self) -> dict[str, str]:
+        with RawCRI(self.socket_path) as cri:
+            return cri.version()
+
+    def _stop_daemon(self, timeout: float = 15.0) -> None:
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while hostclean.pid_alive(pid) and time.monotonic() < deadline:
+                if self._proc is not None:
+                    self._proc.poll()  # reap our own child so it does not linger as a zombie
+                time.sleep(0.05)
+            if hostclean.pid_alive(pid):
+                hostclean.kill_and_wait([pid])
+        if self._proc is not None:
+            self._proc.wait()
+            self._proc = None
+        self.pid_path.unlink(missing_ok=True)
+
+    def restart(self) -> None:
+        """Stop the daemon only and start it again on the same state.
+
+        Shims and containers keep running meanwhile, as with a kubelet node
+        whose containerd restarts; clients see their connection drop.
+        """
+        self._stop_daemon()
+        self.start()
+
+    def stop(self, *, remove_pods: bool = True) -> None:
+        """Stop the daemon and remove everything it left on the host.
+
+        With remove_pods, pods are first stopped and removed through CRI so that
+        CNI releases their network; then, whatever the daemon's state, leftover
+        containers, shims, mounts, shim sockets, the bridge and CNI caches are
+        removed by force. Files under base_dir (log included) stay.
+        """
+        if remove_pods and self.is_running():
+            try:
+                with RawCRI(self.socket_path) as cri:
+                    cri.remove_all_pods()
+            except grpc.RpcError:
+                pass  # the forced cleanup below still runs
+        self._stop_daemon()
+        sandboxes = self.sandbox_ids()
+        hostclean.delete_runc_containers(self.runc_root)
+        crun = shutil.which("crun")
+        if crun:
+            hostclean.delete_runc_containers(self.base_dir / "crun", crun)
+        shims = hostclean.shims_of(self.socket_path)
+        hostclean.kill_and_wait(list(shims))
+        for argv in shims.values():
+            sock = hostclean.shim_socket(argv)
+            if sock is not None:
+                sock.unlink(missing_ok=True)
+        hostclean.unmount_all(self.base_dir)
+        hostclean.delete_link(self.bridge_name)
+        hostclean.delete_cni_cache(self.network_name, sandboxes)
+
+    def sandbox_ids(self) -> list[str]:
+        """Ids of the pod sandboxes the CRI plugin has state for (from its state dir)."""
+        d = self.state_dir / "io.containerd.grpc.v1.cri" / "sandboxes"
+        return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+    def destroy(self) -> None:
+        """stop(), then delete base_dir entirely."""
+        self.stop()
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> Containerd:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- images --------------------------------------------------------------
+
+    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run `ctr` against this daemon in the CRI namespace."""
+        argv = ["ctr", "--address", self.socket_path, "--namespace", NAMESPACE, *args]
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): "
+                               f"{done.stderr.strip()}; containerd log {self.log_path}")
+        return done
+
+    def images(self) -> dict[str, str]:
+        """Image name -> manifest (or index) digest, as `ctr images ls` shows them."""
+        out = self.ctr("images", "ls").stdout.splitlines()
+        result = {}
+        for line in out[1:]:  # skip the header
+            cols = line.split()
+            if len(cols) >= 3:
+                result[cols[0]] = cols[2]
+        return result
+
+    def import_images(self, archives: Iterable[ImageArchive] | None = None) -> None:
+        """Import our image archives (building them if needed), skipping any
+        whose names already point at the archive's exact manifest."""
+        present = self.images()
+        for archive in archives if archives is not None else build_images():
+            digest = archive_manifest_digest(archive.path)
+            if all(present.get(name) == digest for name in archive.names):
+                continue
+            # --snapshotter: unpack for the snapshotter the CRI plugin uses, so
+            # the first container does not pay for unpacking.
+            self.ctr("images", "import", "--snapshotter", "overlayfs", str(archive.path))
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def archive_manifest_digest(path: Path) -> str:
+    """The manifest digest that an archive's index.json names (all entries share it)."""
+    with tarfile.open(path) as tar:
+        member = tar.extractfile("index.json")
+        assert member is not None
+        index = json.load(member)
+    digest: str = index["manifests"][0]["digest"]
+    return digest

@@ -1,0 +1,228 @@
+"""The composition root: configuration in, a running agent out.
+
+This is the one module that knows every component. It builds them from the configuration,
+wires the bus as TOPOLOGY declares, and runs everything in one task group, so that nothing
+outlives the agent and a failure anywhere is seen here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from cri import CriError, RuntimeClient
+from nodeagent import events as ev
+from nodeagent import quantity
+from nodeagent.admission import AdmissionCycle
+from nodeagent.bus import TOPOLOGY, Bus
+from nodeagent.clock import Clock, SystemClock
+from nodeagent.config import AgentConfig
+from nodeagent.dispatcher import Dispatcher
+from nodeagent.endpoint import Routes, serve
+from nodeagent.lifecycle import PodState
+from nodeagent.metrics import Metrics
+from nodeagent.pleg import Relister
+from nodeagent.registry import Pipeline, load
+from nodeagent.sources.static import StaticPodSource
+from nodeagent.stages import NodeInfo
+from nodeagent.status import FileSink, StatusWriter
+from nodeagent.trace import Trace
+from nodeagent.worker import Services
+
+log = structlog.get_logger("nodeagent")
+
+# The kubelet's default hard eviction threshold for memory is subtracted from allocatable.
+EVICTION_HARD_MEMORY = 100 * 2**20
+RUNTIME_CONNECT_RETRY_MAX = 10.0
+
+
+def node_allocatable(config: AgentConfig) -> dict[str, int]:
+    """capacity − kubeReserved − systemReserved − hard eviction, like the kubelet."""
+    capacity = {"cpu": (os.cpu_count() or 1) * 1000, "memory": _mem_total(), "pods": config.max_pods}
+    allocatable = dict(capacity)
+    for reserved in (config.kube_reserved, config.system_reserved):
+        for res, value in reserved.items():
+            if res in allocatable:
+                allocatable[res] -= quantity.base_units(res, value)
+    allocatable["memory"] -= EVICTION_HARD_MEMORY
+    return {k: max(v, 0) for k, v in allocatable.items()}
+
+
+def _mem_total() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@dataclass
+class Handle:
+    """The AgentHandle plugin factories get (see nodeagent.stages.AgentHandle)."""
+
+    runtime: RuntimeClient
+    clock: Clock
+    node: NodeInfo
+    config: AgentConfig
+    bus: Bus
+
+    @property
+    def settings(self) -> AgentConfig:
+        return self.config
+
+    async def publish(self, event: ev.Event) -> None:
+        await self.bus.publish(event)
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, *, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.bus = Bus(TOPOLOGY)
+        self.runtime = RuntimeClient(config.container_runtime_endpoint, timeout=config.runtime_request_timeout)
+        self.node = NodeInfo(
+            name=config.node_name,
+            ip=config.node_ip,
+            allocatable=node_allocatable(config),
+            labels={"kubernetes.io/hostname": config.node_name, "kubernetes.io/os": "linux"},
+        )
+        self.metrics = Metrics()
+        self.trace = Trace(config.trace_file)
+        self.relister = Relister(self.runtime, config.node_name, self.bus.publish,
+                                 on_relist=self.metrics.relist.observe)
+        self.status = StatusWriter([FileSink(config.root_dir / "pod-status")], host_ip=config.node_ip)
+        self.pipeline: Pipeline | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.endpoint_port: int | None = None
+        self.ready = anyio.Event()
+
+    def load_pipeline(self) -> Pipeline:
+        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus)
+        pipeline, warnings = load(self.config.profile, self.config.plugins, handle)
+        for warning in warnings:
+            log.warning(warning)
+        return pipeline
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[Agent] = anyio.TASK_STATUS_IGNORED) -> None:
+        self.pipeline = self.load_pipeline()
+        log.info("stage order resolved", **{k: ",".join(v) or "-" for k, v in self.pipeline.as_dict().items()})
+        self.config.root_dir.mkdir(parents=True, exist_ok=True)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._eventlog, self.bus.stream("eventlog"), name="eventlog")
+            tg.start_soon(self.trace.run, self.bus.stream("trace"), name="trace")
+            tg.start_soon(self.metrics.run, self.bus.stream("metrics"), name="metrics")
+            await self._connect_runtime()
+            await tg.start(self.relister.run, name="pleg")
+            await tg.start(self.status.run, name="status")
+            services = Services(
+                runtime=self.runtime, clock=self.clock, node=self.node, settings=self.config,
+                relister=self.relister, status=self.status, publish=self.bus.publish,
+                admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,
+                root_dir=self.config.root_dir,
+                observe_stage_time=lambda stage, phase, s: self.metrics.stage.observe(s, stage, phase),
+                observe_pod_start=self.metrics.pod_start.observe,
+            )
+            self.dispatcher = Dispatcher(services, tg)
+            tg.start_soon(self.dispatcher.run, self.bus.stream("dispatcher"), name="dispatcher")
+            self._register_gauges()
+            if self.config.healthz_port:
+                self.endpoint_port = await tg.start(self._serve, name="endpoint")
+            wanted: set[str] = set()
+            if self.config.static_pod_path is not None:
+                source = StaticPodSource(self.config.static_pod_path, self.config.node_name, self.bus.publish,
+                                         full_rescan_seconds=self.config.file_check_frequency)
+                await tg.start(source.run, name="source:file")
+                wanted |= source.wanted()
+            await self._replay(wanted)
+            self.ready.set()
+            task_status.started(self)
+
+    async def _connect_runtime(self) -> None:
+        """A dead runtime socket is reported precisely and retried; the agent does not exit."""
+        delay = 0.5
+        while True:
+            try:
+                await self.runtime.connect()
+                info = await self.runtime.version()
+                log.info("runtime connected", endpoint=self.config.container_runtime_endpoint,
+                         runtime=f"{info.runtime_name} {info.runtime_version}", api=info.runtime_api_version)
+                return
+            except CriError as exc:
+                log.error("runtime not reachable; retrying", endpoint=self.config.container_runtime_endpoint,
+                          error=str(exc), retry_in=delay)
+                await self.bus.publish(ev.RuntimeUnavailable(source="core", endpoint=self.config.container_runtime_endpoint,
+                                                             message=str(exc)))
+                await self.clock.sleep(delay)
+                delay = min(delay * 2, RUNTIME_CONNECT_RETRY_MAX)
+
+    async def _replay(self, wanted: set[str]) -> None:
+        """Runtime pods of this node that no source wants are orphans: tear them down. Wanted
+        ones are adopted by their workers, whose stages find the sandbox and containers."""
+        for uid, pod in self.relister.pods().items():
+            if uid not in wanted:
+                log.warning("orphaned runtime pod; terminating it", pod=f"{pod.namespace}/{pod.name}", uid=uid)
+                await self.bus.publish(ev.OrphanFound(source="replay",
+                                                      pod=ev.PodRef(uid=uid, name=pod.name, namespace=pod.namespace)))
+
+    async def _serve(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+        routes = Routes(healthz=self.healthz, metrics=self.metrics.render, pods=self.pods_table,
+                        trace=self.trace.chain, plugins=self.plugins_info)
+        await serve(routes, self.config.healthz_bind_address, self.config.healthz_port, task_status=task_status)
+
+    def healthz(self) -> tuple[bool, str]:
+        if not self.relister.healthy:
+            return False, "runtime relist failing (PLEG is not healthy)\n"
+        return True, "ok\n"
+
+    def pods_table(self) -> list[dict[str, Any]]:
+        rows = []
+        now = time.time()
+        workers = self.dispatcher.workers if self.dispatcher else {}
+        for uid, (ref, pod, status, state) in self.status.all().items():
+            worker = workers.get(uid)
+            restarts = sum(cs.get("restartCount", 0) for cs in status.get("containerStatuses", []))
+            rows.append({
+                "namespace": ref.namespace, "name": ref.name, "uid": uid, "state": state.value,
+                "phase": status.get("phase", ""), "reason": status.get("reason", ""),
+                "restarts": restarts, "podIP": status.get("podIP", ""),
+                "age_seconds": round(now - worker.observed_wall, 1) if worker else None,
+                "status": status,
+            })
+        return rows
+
+    def plugins_info(self) -> dict[str, Any]:
+        return {"order": self.pipeline.as_dict() if self.pipeline else {}}
+
+    def _register_gauges(self) -> None:
+        def running() -> float:
+            return float(sum(1 for _, _, _, s in self.status.all().values() if s is PodState.RUNNING))
+
+        def depth() -> dict[str, float]:
+            return {f'subscriber="{k}"': float(v) for k, v in self.bus.depth().items()}
+
+        self.metrics.gauges["kubelet_running_pods"] = running
+        self.metrics.gauges["nodeagent_bus_queue_depth"] = depth
+
+    async def _eventlog(self, inbox: MemoryObjectReceiveStream[ev.Event]) -> None:
+        elog = structlog.get_logger("nodeagent.events")
+        async with inbox:
+            async for event in inbox:
+                data: Mapping[str, Any] = event.model_dump(exclude={"pod", "at", "kind", "pod_spec"})
+                elog.debug(getattr(event, "kind"), pod=str(event.pod) if event.pod.uid else None, **data)
+
+
+async def run_forever(config: AgentConfig) -> None:
+    agent = Agent(config)
+    async with anyio.create_task_group() as tg:
+        await tg.start(agent.run)
+
+
+__all__ = ["Agent", "run_forever", "node_allocatable", "Path"]

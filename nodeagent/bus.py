@@ -1,0 +1,142 @@
+"""The bus: bounded anyio streams carrying facts from publishers to declared subscribers.
+
+Who publishes what and who listens to what is declared once, in :data:`TOPOLOGY`; the agent
+creates exactly those subscriptions, so ``nodeagent`` can print the wiring and a test can check
+it. Streams are bounded: a slow subscriber slows publishers down (back-pressure) instead of
+letting memory grow. No subscriber publishes into its own stream, so back-pressure cannot
+deadlock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from nodeagent.events import Event
+
+ALL = frozenset({"*"})
+
+
+@dataclass(frozen=True)
+class Publisher:
+    name: str
+    kinds: frozenset[str]
+    why: str
+
+
+@dataclass(frozen=True)
+class Subscriber:
+    name: str
+    kinds: frozenset[str]
+    why: str
+
+    def wants(self, kind: str) -> bool:
+        return self.kinds is ALL or "*" in self.kinds or kind in self.kinds
+
+
+@dataclass(frozen=True)
+class Topology:
+    publishers: tuple[Publisher, ...]
+    subscribers: tuple[Subscriber, ...]
+
+    def render(self) -> str:
+        lines = ["publishers:"]
+        for p in self.publishers:
+            lines.append(f"  {p.name:<12} {', '.join(sorted(p.kinds))}")
+        lines.append("subscribers:")
+        for s in self.subscribers:
+            lines.append(f"  {s.name:<12} {', '.join(sorted(s.kinds))}")
+        return "\n".join(lines)
+
+
+TOPOLOGY = Topology(
+    publishers=(
+        Publisher(
+            "sources",
+            frozenset({"PodSpecObserved", "PodDeletionRequested", "ManifestRejected"}),
+            "static manifests, the API server and the runtime replay describe the wanted pods",
+        ),
+        Publisher(
+            "replay",
+            frozenset({"OrphanFound"}),
+            "at start, runtime pods nobody wants are handed to teardown",
+        ),
+        Publisher(
+            "pleg",
+            frozenset({"ContainerStarted", "ContainerExited", "RuntimeUnavailable", "RuntimeAvailable"}),
+            "relisting the runtime turns container state changes into facts",
+        ),
+        Publisher(
+            "workers",
+            frozenset(
+                {
+                    "UnhonouredFieldsFound", "PodAdmitted", "PodRejected", "StageCompleted",
+                    "StageFailed", "PodWaiting", "PodStarted", "PodCompleted", "PodTerminating",
+                    "PodTerminated", "PodForgotten",
+                }
+            ),
+            "pod workers report the outcome of every phase",
+        ),
+        Publisher(
+            "stages",
+            ALL,
+            "stage plugins publish their own facts through their pod context (ImagePulled, SandboxStarted, ...)",
+        ),
+    ),
+    subscribers=(
+        Subscriber(
+            "dispatcher",
+            frozenset(
+                {"PodSpecObserved", "PodDeletionRequested", "OrphanFound"}
+            ),
+            "routes wanted-pod facts and runtime changes to the pod's worker",
+        ),
+        Subscriber("trace", ALL, "keeps each pod's causal chain for `nodeagent trace`"),
+        Subscriber("metrics", ALL, "counts and times what happens for /metrics"),
+        Subscriber("eventlog", ALL, "writes every fact as a structured log line"),
+    ),
+)
+
+
+@dataclass
+class _Outlet:
+    subscriber: Subscriber
+    send: MemoryObjectSendStream[Event]
+    receive: MemoryObjectReceiveStream[Event]
+
+
+@dataclass
+class Bus:
+    topology: Topology = TOPOLOGY
+    capacity: int = 1024
+    _outlets: dict[str, _Outlet] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for sub in self.topology.subscribers:
+            send, receive = anyio.create_memory_object_stream[Event](self.capacity)
+            self._outlets[sub.name] = _Outlet(sub, send, receive)
+
+    def stream(self, subscriber: str) -> MemoryObjectReceiveStream[Event]:
+        """The receive side for a declared subscriber (KeyError for an undeclared one)."""
+        return self._outlets[subscriber].receive
+
+    async def publish(self, event: Event) -> None:
+        kind = getattr(event, "kind")
+        for outlet in self._outlets.values():
+            if outlet.subscriber.wants(kind):
+                try:
+                    await outlet.send.send(event)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pass  # the subscriber is gone (agent shutting down)
+
+    def depth(self) -> dict[str, int]:
+        """Queued events per subscriber (metric nodeagent_bus_queue_depth)."""
+        return {
+            name: o.send.statistics().current_buffer_used for name, o in self._outlets.items()
+        }
+
+    def close(self) -> None:
+        for outlet in self._outlets.values():
+            outlet.send.close()

@@ -1,0 +1,104 @@
+"""The agent's configuration: a YAML file validated by pydantic, overridable by flags.
+
+Field names follow the kubelet's KubeletConfiguration where the meaning is the same
+(staticPodPath, containerRuntimeEndpoint, maxPods, podLogsDir, rootDir, nodeName, ...), so a
+kubelet user can read it without a manual. Unknown fields are errors, with their path.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from nodeagent.registry import CONFIGURABLE, DEFAULT_PROFILE
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the file, the field and why."""
+
+
+class AgentConfig(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    node_name: str = Field(default_factory=lambda: socket.gethostname().lower())
+    node_ip: str = "127.0.0.1"
+    static_pod_path: Path | None = None
+    container_runtime_endpoint: str = "unix:///run/containerd/containerd.sock"
+    runtime_request_timeout: float = 120.0
+    """Seconds per CRI call (the kubelet's runtimeRequestTimeout, 2m)."""
+    max_pods: int = Field(default=110, ge=1)
+    pod_logs_dir: Path = Path("/var/log/pods")
+    root_dir: Path = Path("/var/lib/nodeagent")
+    file_check_frequency: float = Field(default=20.0, gt=0)
+    """Seconds between full rescans of staticPodPath (changes are also seen sooner by polling)."""
+    healthz_bind_address: str = "127.0.0.1"
+    healthz_port: int = Field(default=10248, ge=0, le=65535)
+    """The local endpoint (/healthz, /metrics, /pods, /trace); 0 disables it."""
+    system_reserved: dict[str, str] = Field(default_factory=dict)
+    kube_reserved: dict[str, str] = Field(default_factory=dict)
+    log_format: Literal["console", "json"] = "console"
+    trace_file: Path | None = None
+    profile: dict[str, list[str]] = Field(default_factory=lambda: {k: list(v) for k, v in DEFAULT_PROFILE.items()})
+    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("profile")
+    @classmethod
+    def _known_phases(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        unknown = set(value) - set(CONFIGURABLE)
+        if unknown:
+            raise ValueError(f"unknown phase(s) {sorted(unknown)}; configurable phases are {list(CONFIGURABLE)}")
+        return value
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{self.healthz_bind_address}:{self.healthz_port}"
+
+
+def _format(exc: ValidationError, origin: str) -> str:
+    lines = [f"invalid configuration in {origin}:"]
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> AgentConfig:
+    data: dict[str, Any] = {}
+    origin = str(path) if path else "flags"
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"configuration {path} is not valid YAML: {exc}") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"configuration {path} must be a mapping, not {type(loaded).__name__}")
+        # Accept a KubeletConfiguration-like header without treating it as a field.
+        loaded.pop("apiVersion", None)
+        loaded.pop("kind", None)
+        data.update(loaded)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            data[key] = value
+    try:
+        return AgentConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format(exc, origin)) from None
+
+
+def flag_names(fields: Sequence[str]) -> dict[str, str]:
+    """``--static-pod-path`` style flag for each camelCase field."""
+    out = {}
+    for name in fields:
+        camel = to_camel(name)
+        out[name] = "--" + "".join("-" + ch.lower() if ch.isupper() else ch for ch in camel)
+    return out

@@ -1,0 +1,87 @@
+"""The dispatcher: routes wanted-pod facts to one worker per pod UID and owns the workers.
+
+It is the bus subscriber that turns ``PodSpecObserved`` / ``PodDeletionRequested`` /
+``OrphanFound`` into calls on the pod's worker mailbox. Those calls never block, so the
+dispatcher never slows the bus down.
+"""
+
+from __future__ import annotations
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
+from pydantic import ValidationError
+
+from nodeagent import events as ev
+from nodeagent.model import Pod
+from nodeagent.worker import PodWorker, Services
+
+log = structlog.get_logger("nodeagent.dispatcher")
+
+
+class Dispatcher:
+    def __init__(self, services: Services, task_group: TaskGroup) -> None:
+        self._services = services
+        self._tg = task_group
+        self.workers: dict[str, PodWorker] = {}
+
+    async def run(self, inbox: MemoryObjectReceiveStream[ev.Event]) -> None:
+        async with inbox:
+            async for event in inbox:
+                if isinstance(event, ev.PodSpecObserved):
+                    await self._observed(event)
+                elif isinstance(event, ev.PodDeletionRequested):
+                    worker = self.workers.get(event.pod.uid)
+                    if worker is not None:
+                        worker.kill(event.grace_period_seconds, event.id)
+                elif isinstance(event, ev.OrphanFound):
+                    self._orphan(event)
+
+    async def _observed(self, event: ev.PodSpecObserved) -> None:
+        try:
+            pod = Pod.model_validate(event.pod_spec)
+        except ValidationError as exc:  # sources validate first; this is the last line of defence
+            log.error("invalid pod spec", pod=str(event.pod), error=str(exc))
+            return
+        worker = self.workers.get(pod.uid)
+        if worker is not None:
+            worker.update(pod, event.id)
+            return
+        predecessor = next(
+            (w for w in self.workers.values() if w.pod.full_name == pod.full_name and not w.done.is_set()),
+            None,
+        )
+        self._spawn(PodWorker(event.pod, pod, self._services, event.id, predecessor))
+
+    def _orphan(self, event: ev.OrphanFound) -> None:
+        if event.pod.uid in self.workers:
+            return
+        # The runtime runs a pod nobody wants: rebuild a minimal pod from its labels so that the
+        # stages' teardown (which works from what the runtime shows) can run.
+        pod = Pod.model_validate(
+            {
+                "metadata": {"name": event.pod.name, "namespace": event.pod.namespace, "uid": event.pod.uid},
+                "spec": {"containers": [{"name": "orphan", "image": "orphan"}], "terminationGracePeriodSeconds": 2},
+            }
+        )
+        worker = PodWorker(event.pod, pod, self._services, event.id)
+        worker.kill(None, event.id)
+        self._spawn(worker)
+
+    def _spawn(self, worker: PodWorker) -> None:
+        self.workers[worker.ref.uid] = worker
+
+        async def run_and_forget() -> None:
+            try:
+                await worker.run()
+            finally:
+                if self.workers.get(worker.ref.uid) is worker:
+                    del self.workers[worker.ref.uid]
+
+        self._tg.start_soon(run_and_forget, name=f"pod:{worker.ref}")
+
+    async def wait_idle(self) -> None:
+        """For tests: until every worker has finished."""
+        while self.workers:
+            await anyio.sleep(0.05)

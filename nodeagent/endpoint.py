@@ -1,0 +1,84 @@
+"""The local HTTP endpoint: /healthz, /metrics, /pods, /trace/POD, /plugins.
+
+Deliberately tiny (GET only, one request per connection) so it needs no web framework; it
+binds to loopback by default, like the kubelet's healthz port.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import anyio
+import structlog
+from anyio.abc import SocketStream
+
+log = structlog.get_logger("nodeagent.endpoint")
+
+Handler = Callable[[str], tuple[int, str, str]]
+
+
+@dataclass
+class Routes:
+    healthz: Callable[[], tuple[bool, str]]
+    metrics: Callable[[], str]
+    pods: Callable[[], list[dict[str, Any]]]
+    trace: Callable[[str], list[dict[str, Any]]]
+    plugins: Callable[[], dict[str, Any]]
+
+    def handle(self, path: str) -> tuple[int, str, str]:
+        if path == "/healthz":
+            ok, why = self.healthz()
+            return (200 if ok else 500), "text/plain", why
+        if path == "/metrics":
+            return 200, "text/plain; version=0.0.4", self.metrics()
+        if path == "/pods":
+            return 200, "application/json", json.dumps(self.pods())
+        if path == "/plugins":
+            return 200, "application/json", json.dumps(self.plugins())
+        if path.startswith("/trace/"):
+            chain = self.trace(unquote(path[len("/trace/"):]))
+            if not chain:
+                return 404, "text/plain", "no such pod in the trace\n"
+            return 200, "application/json", json.dumps(chain)
+        return 404, "text/plain", "not found\n"
+
+
+_REASONS = {200: "OK", 404: "Not Found", 400: "Bad Request", 500: "Internal Server Error"}
+
+
+async def serve(routes: Routes, host: str, port: int,
+                *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
+    bound = listener.extra(anyio.abc.SocketAttribute.local_port)
+    log.info("local endpoint listening", url=f"http://{host}:{bound}")
+    task_status.started(bound)
+
+    async def client(stream: SocketStream) -> None:
+        async with stream:
+            try:
+                with anyio.fail_after(10):
+                    data = b""
+                    while b"\r\n\r\n" not in data and len(data) < 65536:
+                        chunk = await stream.receive()
+                        data += chunk
+                request_line = data.split(b"\r\n", 1)[0].decode("latin-1").split()
+                if len(request_line) < 2 or request_line[0] != "GET":
+                    status, ctype, body = 400, "text/plain", "only GET is served\n"
+                else:
+                    status, ctype, body = routes.handle(urlsplit(request_line[1]).path)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, TimeoutError):
+                return
+            payload = body.encode()
+            head = (f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {ctype}\r\n"
+                    f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+            try:
+                await stream.send(head + payload)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+
+    async with listener:
+        await listener.serve(client)

@@ -1,0 +1,214 @@
+"""The pod lifecycle event generator: relist the runtime, keep a per-pod cache, publish changes.
+
+containerd 1.6 has no event stream (GetContainerEvents answers Unimplemented), so like the
+kubelet's generic PLEG we relist every second: ListPodSandbox + ListContainers, and
+ContainerStatus only for containers whose state changed. Changes become facts on the bus
+(ContainerStarted, ContainerExited) and wake the pod's observers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+import anyio
+import structlog
+
+from cri import CriError, RuntimeClient
+from cri.types import ContainerState, PodSandboxState
+from nodeagent import labels as L
+from nodeagent.events import ContainerExited, ContainerStarted, Event, PodRef, RuntimeAvailable, RuntimeUnavailable
+from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
+
+log = structlog.get_logger("nodeagent.pleg")
+
+_STATES = {
+    ContainerState.CONTAINER_CREATED: "created",
+    ContainerState.CONTAINER_RUNNING: "running",
+    ContainerState.CONTAINER_EXITED: "exited",
+    ContainerState.CONTAINER_UNKNOWN: "unknown",
+}
+
+
+class Relister:
+    """Owns the pod cache. One instance per agent; ``run`` is its task."""
+
+    def __init__(
+        self,
+        runtime: RuntimeClient,
+        node_name: str,
+        publish: Callable[[Event], Awaitable[None]],
+        period: float = 1.0,
+        on_relist: Callable[[float], None] | None = None,
+    ) -> None:
+        self._runtime = runtime
+        self._node = node_name
+        self._publish = publish
+        self._period = period
+        self._on_relist = on_relist
+        self._pods: dict[str, PodRuntime] = {}
+        self._containers: dict[str, ContainerRecord] = {}
+        self._changed: dict[str, anyio.Event] = {}
+        self._poke = anyio.Event()
+        self.healthy = False
+        self.last_relist: float = 0.0
+        self._runtime_down = False
+
+    # --- reading ----------------------------------------------------------------------
+
+    def pod(self, uid: str) -> PodRuntime:
+        return self._pods.get(uid) or PodRuntime(uid=uid)
+
+    def pods(self) -> dict[str, PodRuntime]:
+        return dict(self._pods)
+
+    async def wait_changed(self, uid: str, timeout: float | None = None) -> None:
+        event = self._changed.setdefault(uid, anyio.Event())
+        with anyio.move_on_after(timeout):
+            await event.wait()
+
+    def request_relist(self) -> None:
+        """Relist now rather than at the next tick (after a stage changed something)."""
+        self._poke.set()
+
+    # --- the loop ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        while True:
+            await self.relist_once()
+            if not started:
+                started = True
+                task_status.started()
+            with anyio.move_on_after(self._period):
+                await self._poke.wait()
+            self._poke = anyio.Event()
+
+    async def relist_once(self) -> None:
+        begin = time.monotonic()
+        try:
+            sandboxes = await self._runtime.list_pod_sandbox()
+            containers = await self._runtime.list_containers()
+        except CriError as exc:
+            self.healthy = False
+            if not self._runtime_down:
+                self._runtime_down = True
+                log.warning("runtime unavailable; pods keep their last known state", error=str(exc))
+                await self._publish(RuntimeUnavailable(source="pleg", endpoint=exc.endpoint, message=str(exc)))
+            return
+        if self._runtime_down:
+            self._runtime_down = False
+            log.info("runtime available again")
+            await self._publish(RuntimeAvailable(source="pleg", endpoint="", runtime="CRI"))
+
+        mine = [s for s in sandboxes if s.labels.get(L.MANAGED_BY) == self._node]
+        by_pod: dict[str, list[SandboxRecord]] = {}
+        identity: dict[str, tuple[str, str, dict[str, str], dict[str, str]]] = {}
+        for s in mine:
+            uid = s.metadata.uid
+            ip = ""
+            by_pod.setdefault(uid, []).append(
+                SandboxRecord(
+                    id=s.id,
+                    attempt=s.metadata.attempt,
+                    ready=s.state == PodSandboxState.SANDBOX_READY,
+                    created_at=s.created_at,
+                    pod_ip=ip,
+                )
+            )
+            identity[uid] = (s.metadata.name, s.metadata.namespace, dict(s.labels), dict(s.annotations))
+
+        sandbox_ids = {s.id for s in mine}
+        seen: dict[str, ContainerRecord] = {}
+        changed_pods: set[str] = set()
+        events: list[Event] = []
+        for c in containers:
+            if c.pod_sandbox_id not in sandbox_ids:
+                continue
+            state = _STATES.get(c.state, "unknown")
+            old = self._containers.get(c.id)
+            if old is not None and old.state == state:
+                seen[c.id] = old
+                continue
+            record = await self._inspect(c, state)
+            if record is None:
+                continue
+            seen[c.id] = record
+            uid = c.labels.get(L.POD_UID, "")
+            changed_pods.add(uid)
+            ref = PodRef(uid=uid, name=c.labels.get(L.POD_NAME, ""), namespace=c.labels.get(L.POD_NAMESPACE, ""))
+            if state == "running" and (old is None or old.state != "running"):
+                events.append(ContainerStarted(pod=ref, source="pleg", container=record.name, container_id=c.id, attempt=record.attempt))
+            if state == "exited" and (old is None or old.state != "exited"):
+                events.append(
+                    ContainerExited(pod=ref, source="pleg", container=record.name, container_id=c.id,
+                                    exit_code=record.exit_code, reason=record.reason)
+                )
+        for gone in set(self._containers) - set(seen):
+            changed_pods.add(self._containers[gone].pod_uid)
+        self._containers = seen
+
+        new_pods: dict[str, PodRuntime] = {}
+        for uid, sbs in by_pod.items():
+            name, ns, labels, annotations = identity[uid]
+            conts = tuple(r for r in seen.values() if r.pod_uid == uid)
+            old_pod = self._pods.get(uid)
+            ips = {s.id: s.pod_ip for s in old_pod.sandboxes} if old_pod else {}
+            sb_records = []
+            for sb in sbs:
+                ip = ips.get(sb.id, "")
+                if sb.ready and not ip:
+                    ip = await self._sandbox_ip(sb.id)
+                sb_records.append(replace(sb, pod_ip=ip))
+            pod = PodRuntime(uid=uid, name=name, namespace=ns, sandboxes=tuple(sb_records), containers=conts,
+                             seen_at=time.time(), labels=labels, annotations=annotations)
+            if old_pod is None or old_pod.sandboxes != pod.sandboxes or old_pod.containers != pod.containers:
+                changed_pods.add(uid)
+            new_pods[uid] = pod
+        changed_pods |= set(self._pods) - set(new_pods)
+        self._pods = new_pods
+        self.healthy = True
+        self.last_relist = time.time()
+        for uid in changed_pods:
+            if uid and uid in self._changed:
+                self._changed.pop(uid).set()
+        for event in events:
+            await self._publish(event)
+        if self._on_relist:
+            self._on_relist(time.monotonic() - begin)
+
+    async def _inspect(self, c: object, state: str) -> ContainerRecord | None:
+        try:
+            st = await self._runtime.container_status(c.id)  # type: ignore[attr-defined]
+        except CriError:
+            return None  # removed between list and status; the next relist settles it
+        annotations = st.annotations
+        return ContainerRecord(
+            id=st.id,
+            name=st.labels.get(L.CONTAINER_NAME, st.metadata.name),
+            pod_uid=c.labels.get(L.POD_UID, ""),  # type: ignore[attr-defined]
+            sandbox_id=c.pod_sandbox_id,  # type: ignore[attr-defined]
+            attempt=st.metadata.attempt,
+            state=_STATES.get(st.state, state),
+            created_at=st.created_at,
+            restart_count=int(annotations.get(L.CONTAINER_RESTART_COUNT, st.metadata.attempt) or 0),
+            container_type=annotations.get(L.CONTAINER_TYPE, "container"),
+            image=st.image.image if st.image else "",
+            image_ref=st.image_ref,
+            started_at=st.started_at,
+            finished_at=st.finished_at,
+            exit_code=st.exit_code,
+            reason=st.reason,
+            message=st.message,
+            log_path=st.log_path,
+            hash=annotations.get(L.CONTAINER_HASH, ""),
+        )
+
+    async def _sandbox_ip(self, sandbox_id: str) -> str:
+        try:
+            st = await self._runtime.pod_sandbox_status(sandbox_id)
+        except CriError:
+            return ""
+        network = getattr(st, "network", None)
+        return network.ip if network is not None else ""

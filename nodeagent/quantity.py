@@ -1,0 +1,52 @@
+"""Kubernetes resource quantities ("100m", "64Mi", "1.5", "2Gi") in base units."""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal, InvalidOperation
+
+_SUFFIX = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+}
+_RE = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+
+
+def parse(value: str | int | float) -> Decimal:
+    if isinstance(value, (int, float)):
+        return Decimal(str(value))
+    m = _RE.match(value.strip())
+    if not m or m.group(2) not in _SUFFIX:
+        raise ValueError(f"invalid quantity {value!r}")
+    try:
+        return Decimal(m.group(1)) * _SUFFIX[m.group(2)]
+    except InvalidOperation:
+        raise ValueError(f"invalid quantity {value!r}") from None
+
+
+def milli_cpu(value: str | int | float) -> int:
+    """CPU in millicores, rounded up as the API server does."""
+    return math.ceil(parse(value) * 1000)
+
+
+def bytes_(value: str | int | float) -> int:
+    return math.ceil(parse(value))
+
+
+def base_units(resource: str, value: str | int | float) -> int:
+    return milli_cpu(value) if resource == "cpu" else bytes_(value)

@@ -1,0 +1,206 @@
+"""Stage plugin discovery, validation and ordering.
+
+Built-in stages and third-party ones are found the same way: entry points in the group
+``nodeagent.plugins``. Everything wrong with a plugin or a profile is reported when the agent
+loads, before any pod is touched (pluggy's and the scheduler's fail-fast rule).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from nodeagent.errors import PluginError
+from nodeagent.stages import PHASE_BASES, PHASE_SPECS, AgentHandle, Phase, Stage, phases_of
+
+GROUP = "nodeagent.plugins"
+
+# The default profile: which stages run in each setup phase, in order. Undo phases run the
+# reverse. The empty places are where later stages go: devices ("dra") before the sandbox in
+# prepare, the gang barrier in permit.
+DEFAULT_PROFILE: Mapping[str, Sequence[str]] = {
+    "admit": ["noderesources"],
+    "reserve": [],
+    "prepare": ["runtime"],
+    "permit": [],
+    "start": ["runtime"],
+    "observe": ["status", "runtime"],
+    "cleanup": ["runtime"],
+}
+
+# Which configurable phase decides the order of each phase.
+ORDER_SOURCE: Mapping[Phase, tuple[Phase, bool]] = {
+    Phase.ADMIT: (Phase.ADMIT, False),
+    Phase.RESERVE: (Phase.RESERVE, False),
+    Phase.PREPARE: (Phase.PREPARE, False),
+    Phase.PERMIT: (Phase.PERMIT, False),
+    Phase.START: (Phase.START, False),
+    Phase.OBSERVE: (Phase.OBSERVE, False),
+    Phase.STOP: (Phase.START, True),
+    Phase.UNPREPARE: (Phase.PREPARE, True),
+    Phase.CLEANUP: (Phase.CLEANUP, True),
+    Phase.UNRESERVE: (Phase.RESERVE, True),
+}
+CONFIGURABLE = ("admit", "reserve", "prepare", "permit", "start", "observe", "cleanup")
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The resolved order: for each phase, the stage instances that run, in order."""
+
+    stages: Mapping[str, Stage]
+    order: Mapping[Phase, tuple[Stage, ...]]
+
+    def __getitem__(self, phase: Phase) -> tuple[Stage, ...]:
+        return self.order.get(phase, ())
+
+    def render(self) -> str:
+        lines = []
+        for phase in Phase:
+            names = ", ".join(s.name for s in self[phase]) or "-"
+            spec = PHASE_SPECS[phase]
+            lines.append(f"{phase.value:<10} {spec.cycle:<10} {names}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {phase.value: [s.name for s in self[phase]] for phase in Phase}
+
+
+def discover(group: str = GROUP) -> dict[str, EntryPoint]:
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=group):
+        if ep.name in found and found[ep.name].value != ep.value:
+            raise PluginError(
+                f"two plugins are named {ep.name!r}: {found[ep.name].value} and {ep.value}"
+            )
+        found[ep.name] = ep
+    return found
+
+
+_PHASE_METHODS = {p.value for p in Phase}
+
+
+def validate_stage(name: str, stage: Any) -> Stage:
+    """Fail fast on a plugin object that cannot work; returns it typed."""
+    if not isinstance(stage, Stage):
+        raise PluginError(f"plugin {name!r}: factory returned {type(stage).__name__}, not a Stage")
+    if getattr(stage, "name", None) != name:
+        raise PluginError(
+            f"plugin {name!r}: its class says name={getattr(stage, 'name', None)!r}; "
+            "the entry-point name, the class name attribute and the config section must agree"
+        )
+    joined = phases_of(stage)
+    if not joined:
+        raise PluginError(f"plugin {name!r} implements no phase (inherit e.g. nodeagent.stages.Admit)")
+    for attr in _PHASE_METHODS:
+        method = getattr(type(stage), attr, None)
+        if method is None:
+            continue
+        phase = Phase(attr)
+        if phase not in joined:
+            raise PluginError(
+                f"plugin {name!r} defines {attr}() but does not inherit "
+                f"{PHASE_BASES[phase].__name__}: the method would never be called"
+            )
+        if not inspect.iscoroutinefunction(method):
+            raise PluginError(f"plugin {name!r}: {attr}() must be 'async def'")
+        expected = inspect.signature(getattr(PHASE_BASES[phase], attr))
+        got = inspect.signature(method)
+        if [p.name for p in got.parameters.values()] != [p.name for p in expected.parameters.values()]:
+            raise PluginError(
+                f"plugin {name!r}: {attr}{got} does not match the contract {attr}{expected}"
+            )
+    return stage
+
+
+def resolve(
+    profile: Mapping[str, Sequence[str]],
+    available: Mapping[str, Stage],
+) -> Pipeline:
+    """Order the stages per phase as ``profile`` says; reject names that cannot work."""
+    unknown_phases = set(profile) - set(CONFIGURABLE)
+    if unknown_phases:
+        raise PluginError(
+            f"profile names unknown phase(s) {sorted(unknown_phases)}; phases are {list(CONFIGURABLE)}"
+            " (undo phases follow their partner in reverse)"
+        )
+    configured: dict[Phase, list[Stage]] = {}
+    for phase_name in CONFIGURABLE:
+        phase = Phase(phase_name)
+        stages: list[Stage] = []
+        for name in profile.get(phase_name, []):
+            if name not in available:
+                raise PluginError(
+                    f"profile phase {phase_name!r} names plugin {name!r}, which is not installed "
+                    f"(installed: {sorted(available)})"
+                )
+            stage = available[name]
+            if phase not in phases_of(stage):
+                raise PluginError(
+                    f"profile phase {phase_name!r} names plugin {name!r}, which does not implement it "
+                    f"(it implements {sorted(p.value for p in phases_of(stage))})"
+                )
+            if stage in stages:
+                raise PluginError(f"profile phase {phase_name!r} lists {name!r} twice")
+            stages.append(stage)
+        configured[phase] = stages
+    order: dict[Phase, tuple[Stage, ...]] = {}
+    for phase, (source, reverse) in ORDER_SOURCE.items():
+        chain = configured[source]
+        order[phase] = tuple(reversed(chain)) if reverse else tuple(chain)
+    used = {s.name for chain in order.values() for s in chain}
+    return Pipeline(stages={n: s for n, s in available.items() if n in used}, order=order)
+
+
+def load(
+    profile: Mapping[str, Sequence[str]],
+    plugin_config: Mapping[str, Mapping[str, Any]],
+    handle: AgentHandle,
+    *,
+    entry: Mapping[str, EntryPoint] | None = None,
+) -> tuple[Pipeline, list[str]]:
+    """Discover, instantiate, validate and order the plugins the profile names.
+
+    Returns the pipeline and warnings (installed plugins that no profile phase uses).
+    """
+    eps = dict(entry if entry is not None else discover())
+    wanted = {name for names in profile.values() for name in names}
+    unknown_sections = set(plugin_config) - set(eps)
+    if unknown_sections:
+        raise PluginError(
+            f"configuration has sections for unknown plugin(s) {sorted(unknown_sections)}; "
+            f"installed: {sorted(eps)}"
+        )
+    instances: dict[str, Stage] = {}
+    for name in sorted(wanted):
+        if name not in eps:
+            raise PluginError(f"profile names plugin {name!r}, which is not installed (installed: {sorted(eps)})")
+        try:
+            factory = eps[name].load()
+        except Exception as exc:  # a broken third-party package must not look like our bug
+            raise PluginError(f"plugin {name!r} ({eps[name].value}) failed to import: {exc!r}") from exc
+        try:
+            stage = factory(plugin_config.get(name, {}), handle)
+        except TypeError as exc:
+            raise PluginError(f"plugin {name!r} could not be created: {exc}") from exc
+        instances[name] = validate_stage(name, stage)
+    warnings = [
+        f"plugin {name!r} is installed but no profile phase uses it" for name in sorted(set(eps) - wanted)
+    ]
+    return resolve(profile, instances), warnings
+
+
+def installed_phases(eps: Iterable[EntryPoint]) -> dict[str, list[str]]:
+    """For ``nodeagent plugins``: the phases each installed plugin's class joins (no instances)."""
+    out: dict[str, list[str]] = {}
+    for ep in eps:
+        try:
+            factory = ep.load()
+            cls = getattr(factory, "stage_class", None) or factory
+            out[ep.name] = sorted(p.value for p in phases_of(cls)) if isinstance(cls, type) else ["?"]
+        except Exception as exc:
+            out[ep.name] = [f"failed to import: {exc!r}"]
+    return out

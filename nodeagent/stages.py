@@ -1,0 +1,358 @@
+"""The stage contract: phases, verdicts, and the interfaces a stage plugin implements.
+
+This module is the manual for plugin authors. Everything nodeagent does to a pod is done by a
+stage plugin joining one or more of the fixed phases below; the core only calls the phases in
+order and reacts to their verdicts.
+
+The path of one pod::
+
+    admission cycle (node-wide, serial)      pod worker (one per pod, concurrent across pods)
+    admit ─▶ reserve ───────────────────▶    prepare ─▶ permit ─▶ start ─▶ observe …
+                                             teardown (shielded, bounded by the grace period):
+                                             stop ─▶ unprepare ─▶ cleanup ─▶ unreserve
+
+``permit`` sits between ``prepare`` and ``start`` — not in the admission cycle as in the
+scheduler framework — because a gang's members must finish *local preparation* (images,
+sandbox, devices) before any of them starts a container: preparation is phase one of a
+two-phase start, container start is phase two, and ``permit`` is the barrier between them.
+
+Paired phases live in the same plugin (reserve/unreserve, prepare/unprepare, start/stop): a
+class that inherits :class:`Reserve` must implement both halves, or it cannot be instantiated.
+Undo halves run in the reverse of the profile order and must be idempotent: they may be called
+without their partner having run, or after it was cancelled half-way.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+
+from nodeagent.clock import Clock
+from nodeagent.events import Event, PodRef
+from nodeagent.model import Pod
+from nodeagent.stash import Stash
+
+if TYPE_CHECKING:
+    import structlog
+
+    from cri import RuntimeClient
+    from nodeagent.runtimeview import PodRuntime
+
+
+class Verdict(enum.Enum):
+    """The closed vocabulary of stage answers. Adding one is a design change."""
+
+    CONTINUE = "Continue"
+    """Done; go on with the next stage."""
+    SKIP = "Skip"
+    """This stage has nothing to do for this pod; go on."""
+    WAIT = "Wait"
+    """(permit only) Not yet: park the pod and ask again after ``retry_after`` seconds or when
+    the stage calls :meth:`PodContext.wake`."""
+    RETRY = "Retry"
+    """A transient failure (an image that cannot be pulled yet, a driver not registered):
+    the worker backs off and runs the phase again. ``reason`` is shown in status."""
+    REJECT = "Reject"
+    """A permanent no: the pod fails with ``reason`` and ``message`` and is torn down."""
+
+
+@dataclass(frozen=True)
+class Result:
+    verdict: Verdict
+    reason: str = ""
+    message: str = ""
+    retry_after: float | None = None
+
+    @staticmethod
+    def ok() -> Result:
+        return Result(Verdict.CONTINUE)
+
+    @staticmethod
+    def skip() -> Result:
+        return Result(Verdict.SKIP)
+
+    @staticmethod
+    def wait(reason: str, message: str = "", retry_after: float | None = None) -> Result:
+        return Result(Verdict.WAIT, reason, message, retry_after)
+
+    @staticmethod
+    def retry(reason: str, message: str = "", retry_after: float | None = None) -> Result:
+        return Result(Verdict.RETRY, reason, message, retry_after)
+
+    @staticmethod
+    def reject(reason: str, message: str) -> Result:
+        return Result(Verdict.REJECT, reason, message)
+
+
+class Phase(enum.Enum):
+    ADMIT = "admit"
+    RESERVE = "reserve"
+    PREPARE = "prepare"
+    PERMIT = "permit"
+    START = "start"
+    OBSERVE = "observe"
+    STOP = "stop"
+    UNPREPARE = "unprepare"
+    CLEANUP = "cleanup"
+    UNRESERVE = "unreserve"
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    phase: Phase
+    cycle: Literal["admission", "setup", "running", "teardown"]
+    verdicts: frozenset[Verdict]
+    """The verdicts a stage may return; anything else is a bug the pipeline reports."""
+    undo: Phase | None
+    """The phase that reverts this one, run in reverse order (None: nothing to revert)."""
+    summary: str
+
+
+_NONE: frozenset[Verdict] = frozenset()
+
+PHASES: tuple[PhaseSpec, ...] = (
+    PhaseSpec(Phase.ADMIT, "admission", frozenset({Verdict.CONTINUE, Verdict.SKIP, Verdict.REJECT}), None,
+              "may this pod run on this node? first REJECT wins"),
+    PhaseSpec(Phase.RESERVE, "admission", frozenset({Verdict.CONTINUE, Verdict.SKIP, Verdict.REJECT}), Phase.UNRESERVE,
+              "claim node resources for the pod"),
+    PhaseSpec(Phase.PREPARE, "setup", frozenset({Verdict.CONTINUE, Verdict.SKIP, Verdict.RETRY, Verdict.REJECT}), Phase.UNPREPARE,
+              "images, devices, volumes, sandbox: everything before a container starts"),
+    PhaseSpec(Phase.PERMIT, "setup", frozenset({Verdict.CONTINUE, Verdict.SKIP, Verdict.WAIT, Verdict.REJECT}), None,
+              "the barrier before containers start (gangs wait here)"),
+    PhaseSpec(Phase.START, "setup", frozenset({Verdict.CONTINUE, Verdict.SKIP, Verdict.RETRY, Verdict.REJECT}), Phase.STOP,
+              "create and start containers"),
+    PhaseSpec(Phase.OBSERVE, "running", _NONE, None,
+              "long-running watchers while the pod lives: status, restarts, probes"),
+    PhaseSpec(Phase.STOP, "teardown", _NONE, None, "stop containers within the grace period"),
+    PhaseSpec(Phase.UNPREPARE, "teardown", _NONE, None, "release what prepare made; no container runs any more"),
+    PhaseSpec(Phase.CLEANUP, "teardown", _NONE, None, "remove runtime objects and pod directories"),
+    PhaseSpec(Phase.UNRESERVE, "teardown", _NONE, None, "give back what reserve claimed"),
+)
+PHASE_SPECS: Mapping[Phase, PhaseSpec] = {spec.phase: spec for spec in PHASES}
+
+
+# --- what stages are given ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    ip: str
+    allocatable: Mapping[str, int]
+    """Resources in base units: ``cpu`` in millicores, ``memory`` in bytes, ``pods`` as a count."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the admission cycle shows a stage: the node and every pod admitted before.
+
+    ``admitted`` never contains the candidate itself (the kubelet's rule), and lists pods in the
+    order they were admitted.
+    """
+
+    node: NodeInfo
+    admitted: Sequence[Pod]
+
+
+class StatusReporter(Protocol):
+    """A stage's line to the single status writer. Stages never write status elsewhere."""
+
+    def container_waiting(self, container: str, reason: str, message: str = "") -> None:
+        """Show ``container`` as waiting with ``reason`` (ErrImagePull, CrashLoopBackOff, ...)."""
+
+    def clear_container_waiting(self, container: str) -> None: ...
+
+    def set_pod_reason(self, reason: str, message: str = "") -> None: ...
+
+    def set_observed(self, status: Mapping[str, Any]) -> None:
+        """Replace the runtime-derived part of the status (phase, container statuses, IPs)."""
+
+
+class PodContext(Protocol):
+    """The handle a stage gets for one pod. Stages never open their own clients."""
+
+    pod: Pod
+    ref: PodRef
+    stage: str
+    runtime: RuntimeClient
+    clock: Clock
+    stash: Stash
+    node: NodeInfo
+    status: StatusReporter
+    log: structlog.stdlib.BoundLogger
+
+    @property
+    def settings(self) -> Any:
+        """The agent's configuration (read-only)."""
+
+    @property
+    def pod_dir(self) -> Path:
+        """``<rootDir>/pods/<uid>``: created before prepare, removed after cleanup."""
+
+    @property
+    def observed(self) -> PodRuntime:
+        """What the runtime relister last saw of this pod (sandboxes, containers, statuses)."""
+
+    async def runtime_changed(self, timeout: float | None = None) -> None:
+        """Return when the relister saw a change for this pod (or ``timeout`` passed)."""
+
+    def request_relist(self) -> None:
+        """Ask the relister to look at the runtime now (after this stage changed something)."""
+
+    async def publish(self, event: Event) -> None:
+        """Publish a fact about this pod; ``pod``, ``source`` and ``cause`` are filled in."""
+
+    def complete(self, phase: Literal["Succeeded", "Failed"]) -> None:
+        """(observe) The pod reached a terminal phase: no container will run again."""
+
+    def wake(self) -> None:
+        """(permit) Ask the worker to call a WAITing permit stage again now."""
+
+
+# --- the phases --------------------------------------------------------------------------
+
+
+class Stage(ABC):
+    """Base of every stage plugin. ``name`` = entry-point name = config section = log ``stage=``."""
+
+    name: ClassVar[str]
+
+
+class Admit(Stage):
+    @abstractmethod
+    async def admit(self, pod: Pod, node: NodeView) -> Result:
+        """May ``pod`` run here?
+
+        Called: in the node-wide admission cycle, once per new pod UID, one pod at a time.
+        Assumes: nothing has been done for the pod yet; ``node.admitted`` excludes it.
+        Verdicts: CONTINUE / SKIP admit; REJECT fails the pod with ``reason`` (the kubelet's,
+        e.g. ``OutOfcpu``) and ``message``. The first REJECT ends the cycle for the pod.
+        Idempotent: must be a pure decision; it may be asked again after an agent restart.
+        Cancellation: may be cancelled when the pod is deleted; keep no state.
+        """
+
+
+class Reserve(Stage):
+    @abstractmethod
+    async def reserve(self, pod: Pod, node: NodeView) -> Result:
+        """Claim node-level resources (devices, exclusive CPUs) for an admitted pod.
+
+        Called: in the admission cycle after every admit stage said yes.
+        Verdicts: CONTINUE / SKIP, or REJECT: then ``unreserve`` runs for the stages that
+        reserved before, in reverse order, and the pod fails.
+        Cancellation: a cancelled reserve is followed by ``unreserve``.
+        """
+
+    @abstractmethod
+    async def unreserve(self, pod: Pod) -> None:
+        """Give back what ``reserve`` claimed. Idempotent; safe when reserve never ran."""
+
+
+class Prepare(Stage):
+    @abstractmethod
+    async def prepare(self, ctx: PodContext) -> Result:
+        """Get the pod ready to start containers: pull images, prepare devices and volumes,
+        run the sandbox.
+
+        Called: in the pod's worker after admission, in profile order; again after RETRY, and
+        after an agent restart (so it must adopt what already exists, e.g. a running sandbox).
+        Verdicts: CONTINUE / SKIP; RETRY (transient, with ``reason`` shown to users while the
+        worker backs off); REJECT (the pod fails).
+        Cancellation: a deletion cancels setup; ``unprepare`` then runs, shielded.
+        """
+
+    @abstractmethod
+    async def unprepare(self, ctx: PodContext) -> None:
+        """Release what prepare made. Called only when no container of the pod runs any more
+        (the kubelet's rule for devices). Idempotent; safe after a cancelled or failed prepare
+        and when prepare never ran. Runs shielded from cancellation, bounded by a timeout."""
+
+
+class Permit(Stage):
+    @abstractmethod
+    async def permit(self, ctx: PodContext) -> Result:
+        """The last word before any container starts (the gang barrier).
+
+        Called: after every prepare stage said CONTINUE/SKIP.
+        Verdicts: CONTINUE / SKIP let the pod start; WAIT parks it (status shows ``reason``,
+        e.g. ``WaitingForGang``) until ``retry_after`` passes or the stage calls ``ctx.wake()``,
+        then permit is asked again; REJECT fails the pod and tears its preparation down.
+        Must not block for long: return WAIT instead of awaiting a decision.
+        """
+
+
+class Start(Stage):
+    @abstractmethod
+    async def start(self, ctx: PodContext) -> Result:
+        """Create and start containers.
+
+        Called: after permit, in profile order; again after RETRY and after an agent restart
+        (adopt running containers, never duplicate them).
+        Verdicts: CONTINUE / SKIP; RETRY with back-off; REJECT fails the pod.
+        """
+
+    @abstractmethod
+    async def stop(self, ctx: PodContext, grace_period: float) -> None:
+        """Stop the containers within ``grace_period`` seconds. Idempotent; shielded."""
+
+
+class Observe(Stage):
+    @abstractmethod
+    async def observe(self, ctx: PodContext) -> None:
+        """Watch the running pod (status, restarts, probes) until cancelled.
+
+        Called: once the start phase succeeded, concurrently with the other observe stages,
+        in the pod's own task group; cancelled when the pod is killed or completes.
+        May call ``ctx.complete(phase)`` when no container will run again.
+        Returning early is allowed (nothing to watch).
+        """
+
+
+class Cleanup(Stage):
+    @abstractmethod
+    async def cleanup(self, ctx: PodContext) -> None:
+        """Remove what is left (stopped containers, the sandbox, directories) when the pod is
+        gone for good. Idempotent; best-effort; runs after unprepare."""
+
+
+PHASE_BASES: Mapping[Phase, type[Stage]] = {
+    Phase.ADMIT: Admit,
+    Phase.RESERVE: Reserve,
+    Phase.UNRESERVE: Reserve,
+    Phase.PREPARE: Prepare,
+    Phase.UNPREPARE: Prepare,
+    Phase.PERMIT: Permit,
+    Phase.START: Start,
+    Phase.STOP: Start,
+    Phase.OBSERVE: Observe,
+    Phase.CLEANUP: Cleanup,
+}
+
+
+def phases_of(stage: Stage | type[Stage]) -> frozenset[Phase]:
+    cls = stage if isinstance(stage, type) else type(stage)
+    return frozenset(p for p, base in PHASE_BASES.items() if issubclass(cls, base))
+
+
+class AgentHandle(Protocol):
+    """Node-level services given to a plugin factory (per-pod services come in PodContext)."""
+
+    runtime: RuntimeClient
+    clock: Clock
+    node: NodeInfo
+
+    @property
+    def settings(self) -> Any: ...
+
+    async def publish(self, event: Event) -> None: ...
+
+
+PluginFactory = Callable[[Mapping[str, Any], AgentHandle], Stage]
+"""What an entry point in group ``nodeagent.plugins`` names: ``factory(config, handle)``."""
+
+Waker = Callable[[], Awaitable[None]]

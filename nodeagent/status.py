@@ -1,0 +1,272 @@
+"""The single status writer.
+
+Stages report pieces (a container waiting for an image, the observed container statuses, a
+rejection); the writer merges them with the pod's lifecycle state into one kubelet-shaped
+``PodStatus`` and hands it to the sinks when it changed. No stage writes status anywhere else,
+so two stages can never race on a pod's status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+
+from nodeagent.events import PodRef
+from nodeagent.lifecycle import PodState
+from nodeagent.model import Pod
+
+
+def rfc3339(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+class StatusSink(Protocol):
+    async def write(self, ref: PodRef, status: Mapping[str, Any]) -> None: ...
+
+    async def forget(self, ref: PodRef) -> None: ...
+
+
+class FileSink:
+    """Standalone mode: one JSON file per pod under ``<rootDir>/pod-status`` (written atomically),
+    so status survives the agent and can be read by tools."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def path(self, ref: PodRef) -> Path:
+        return self.directory / f"{ref.namespace}_{ref.name}_{ref.uid}.json"
+
+    async def write(self, ref: PodRef, status: Mapping[str, Any]) -> None:
+        data = json.dumps({"pod": ref.model_dump(), "status": status}, indent=1, sort_keys=True)
+        await anyio.to_thread.run_sync(_atomic_write, self.path(ref), data)
+
+    async def forget(self, ref: PodRef) -> None:
+        self.path(ref).unlink(missing_ok=True)
+
+
+def _atomic_write(path: Path, data: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+@dataclass
+class _PodRecord:
+    ref: PodRef
+    pod: Pod
+    host_ip: str
+    state: PodState = PodState.OBSERVED
+    reason: str = ""
+    message: str = ""
+    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
+    observed: dict[str, Any] = field(default_factory=dict)
+    start_time: float | None = None
+    computed: dict[str, Any] = field(default_factory=dict)
+    dirty: bool = True
+
+
+class PodReporter:
+    """The StatusReporter a stage gets for one pod (see nodeagent.stages.StatusReporter)."""
+
+    def __init__(self, writer: StatusWriter, uid: str) -> None:
+        self._writer = writer
+        self._uid = uid
+
+    def container_waiting(self, container: str, reason: str, message: str = "") -> None:
+        self._writer._update(self._uid, lambda r: r.waiting.__setitem__(container, (reason, message)))
+
+    def clear_container_waiting(self, container: str) -> None:
+        self._writer._update(self._uid, lambda r: r.waiting.pop(container, None))
+
+    def set_pod_reason(self, reason: str, message: str = "") -> None:
+        def apply(r: _PodRecord) -> None:
+            r.reason, r.message = reason, message
+
+        self._writer._update(self._uid, apply)
+
+    def set_observed(self, status: Mapping[str, Any]) -> None:
+        self._writer._update(self._uid, lambda r: setattr(r, "observed", dict(status)))
+
+
+class StatusWriter:
+    def __init__(self, sinks: Sequence[StatusSink], host_ip: str) -> None:
+        self._sinks = list(sinks)
+        self._host_ip = host_ip
+        self._pods: dict[str, _PodRecord] = {}
+        self._wake = anyio.Event()
+
+    # --- inputs -----------------------------------------------------------------------
+
+    def track(self, ref: PodRef, pod: Pod) -> None:
+        rec = self._pods.get(ref.uid)
+        if rec is None:
+            self._pods[ref.uid] = _PodRecord(ref=ref, pod=pod, host_ip=self._host_ip)
+        else:
+            rec.pod = pod
+            rec.dirty = True
+        self._wake.set()
+
+    def reporter(self, uid: str) -> PodReporter:
+        return PodReporter(self, uid)
+
+    def set_state(self, uid: str, state: PodState) -> None:
+        def apply(r: _PodRecord) -> None:
+            r.state = state
+            if state is PodState.ADMITTED and r.start_time is None:
+                r.start_time = time.time()
+
+        self._update(uid, apply)
+
+    def _update(self, uid: str, change: Any) -> None:
+        rec = self._pods.get(uid)
+        if rec is None:
+            return
+        change(rec)
+        rec.dirty = True
+        self._wake.set()
+
+    async def forget(self, uid: str) -> None:
+        rec = self._pods.pop(uid, None)
+        if rec is not None:
+            for sink in self._sinks:
+                await sink.forget(rec.ref)
+
+    # --- outputs ----------------------------------------------------------------------
+
+    def get(self, uid: str) -> dict[str, Any]:
+        rec = self._pods.get(uid)
+        if rec is None:
+            return {}
+        if rec.dirty or not rec.computed:
+            rec.computed = compute(rec)
+        return rec.computed
+
+    def all(self) -> dict[str, tuple[PodRef, Pod, dict[str, Any], PodState]]:
+        return {uid: (r.ref, r.pod, self.get(uid), r.state) for uid, r in self._pods.items()}
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Flush changed statuses to the sinks; coalesces bursts of reports."""
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            await anyio.sleep(0.05)
+            await self.flush()
+
+    async def flush(self) -> None:
+        for rec in list(self._pods.values()):
+            if not rec.dirty:
+                continue
+            previous = rec.computed
+            rec.computed = compute(rec)
+            rec.dirty = False
+            if rec.computed != previous:
+                for sink in self._sinks:
+                    await sink.write(rec.ref, rec.computed)
+
+
+_PENDING_STATES = {PodState.OBSERVED, PodState.ADMITTED, PodState.PREPARING, PodState.WAITING, PodState.STARTING}
+
+
+def compute(rec: _PodRecord) -> dict[str, Any]:
+    """Merge lifecycle, stage reports and the observed runtime into a kubelet-shaped status."""
+    pod = rec.pod
+    status: dict[str, Any] = {"hostIP": rec.host_ip, "hostIPs": [{"ip": rec.host_ip}]}
+    if rec.start_time is not None:
+        status["startTime"] = rfc3339(rec.start_time)
+    status["qosClass"] = qos_class(pod)
+
+    if rec.state is PodState.REJECTED:
+        status.update(phase="Failed", reason=rec.reason, message=f"Pod was rejected: {rec.message}")
+        return status
+
+    observed = rec.observed
+    if observed:
+        status.update({k: v for k, v in observed.items() if k not in ("hostIP", "hostIPs")})
+    else:
+        status["phase"] = "Pending"
+        status["containerStatuses"] = [
+            _waiting_status(c.name, c.image, *rec.waiting.get(c.name, ("ContainerCreating", "")))
+            for c in pod.spec.containers
+        ]
+        status["conditions"] = pending_conditions(pod, rec)
+
+    # Waiting reasons reported by stages win over a terminated state the runtime shows:
+    # the kubelet moves the terminated state to lastState and shows e.g. CrashLoopBackOff.
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(key, []):
+            reported = rec.waiting.get(cs["name"])
+            if reported and "running" not in cs.get("state", {}):
+                if "terminated" in cs.get("state", {}):
+                    cs["lastState"] = {"terminated": cs["state"]["terminated"]}
+                cs["state"] = {"waiting": _reason_dict(*reported)}
+
+    if rec.reason and rec.state in (PodState.TERMINATING, PodState.TERMINATED) and status.get("phase") != "Succeeded":
+        status.update(phase="Failed", reason=rec.reason, message=rec.message)
+    elif rec.reason:
+        status.setdefault("reason", rec.reason)
+        if rec.message:
+            status.setdefault("message", rec.message)
+    return status
+
+
+def _reason_dict(reason: str, message: str) -> dict[str, str]:
+    return {"reason": reason, "message": message} if message else {"reason": reason}
+
+
+def _waiting_status(name: str, image: str, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": image,
+        "imageID": "",
+        "ready": False,
+        "started": False,
+        "restartCount": 0,
+        "state": {"waiting": _reason_dict(reason, message)},
+        "lastState": {},
+    }
+
+
+def pending_conditions(pod: Pod, rec: _PodRecord) -> list[dict[str, Any]]:
+    now = rfc3339(time.time())
+    sandbox_ready = rec.state in (PodState.STARTING, PodState.WAITING)
+    names = [c.name for c in pod.spec.containers]
+    return [
+        {"type": "PodReadyToStartContainers", "status": "True" if sandbox_ready else "False", "lastTransitionTime": now},
+        {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+        {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
+         "message": f"containers with unready status: [{' '.join(names)}]", "lastTransitionTime": now},
+        {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady",
+         "message": f"containers with unready status: [{' '.join(names)}]", "lastTransitionTime": now},
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+    ]
+
+
+def qos_class(pod: Pod) -> str:
+    """Guaranteed when every container limits and requests cpu and memory equally; BestEffort
+    when none requests or limits anything; else Burstable (pkg/apis/core/v1/helper/qos)."""
+    containers = pod.all_containers()
+    any_set = False
+    guaranteed = True
+    for c in containers:
+        req, lim = c.resources.requests, c.resources.limits
+        if req or lim:
+            any_set = True
+        for res in ("cpu", "memory"):
+            limit = lim.get(res)
+            request = req.get(res, limit)
+            if limit is None or str(request) != str(limit):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"

@@ -1,0 +1,438 @@
+"""One worker per pod: admission, setup, observation and teardown, serially for that pod.
+
+The worker's mailbox is a single slot, not a queue: a new spec replaces the pending one (only
+the latest matters) and a kill is sticky (never overwritten by a later update). Setup runs in a
+cancel scope that a kill cancels; teardown runs shielded, bounded by the grace period, so that
+a pod being deleted is always torn down even when its setup was interrupted half-way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import structlog
+
+from cri import CriError, RuntimeClient
+from nodeagent import events as ev
+from nodeagent.admission import AdmissionCycle
+from nodeagent.clock import Clock
+from nodeagent.errors import Permanent, Retryable
+from nodeagent.lifecycle import Lifecycle, PodState, Trigger
+from nodeagent.model import Pod, unhonoured_fields
+from nodeagent.pleg import Relister
+from nodeagent.registry import Pipeline
+from nodeagent.runtimeview import PodRuntime
+from nodeagent.stages import (
+    PHASE_SPECS,
+    Cleanup,
+    NodeInfo,
+    Observe,
+    Permit,
+    Phase,
+    Prepare,
+    Result,
+    Stage,
+    Start,
+    Verdict,
+)
+from nodeagent.stash import Stash
+from nodeagent.status import StatusWriter
+
+log = structlog.get_logger("nodeagent.worker")
+
+# The kubelet never gives a container less than 2 s between SIGTERM and SIGKILL.
+MINIMUM_GRACE_SECONDS = 2
+# Undo phases other than stop are bounded too, so a hung driver cannot hold a worker forever.
+UNDO_TIMEOUT_SECONDS = 120.0
+RETRY_INITIAL_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+
+
+@dataclass
+class Services:
+    """Everything a worker needs from the agent (the composition root builds one)."""
+
+    runtime: RuntimeClient
+    clock: Clock
+    node: NodeInfo
+    settings: Any
+    relister: Relister
+    status: StatusWriter
+    publish: Callable[[ev.Event], Awaitable[None]]
+    admission: AdmissionCycle
+    pipeline: Pipeline
+    root_dir: Path
+    observe_stage_time: Callable[[str, str, float], None] = lambda stage, phase, seconds: None
+    observe_pod_start: Callable[[float], None] = lambda seconds: None
+
+
+class StageContext:
+    """The PodContext a stage gets (see nodeagent.stages.PodContext for the contract)."""
+
+    def __init__(self, worker: PodWorker, stage: str) -> None:
+        self._worker = worker
+        self.stage = stage
+        services = worker.services
+        self.runtime = services.runtime
+        self.clock = services.clock
+        self.node = services.node
+        self.stash = worker.stash
+        self.status = services.status.reporter(worker.ref.uid)
+        self.log = log.bind(pod=str(worker.ref), uid=worker.ref.uid, stage=stage)
+
+    @property
+    def pod(self) -> Pod:
+        return self._worker.pod
+
+    @property
+    def ref(self) -> ev.PodRef:
+        return self._worker.ref
+
+    @property
+    def settings(self) -> Any:
+        return self._worker.services.settings
+
+    @property
+    def pod_dir(self) -> Path:
+        return self._worker.services.root_dir / "pods" / self._worker.ref.uid
+
+    @property
+    def observed(self) -> PodRuntime:
+        return self._worker.services.relister.pod(self._worker.ref.uid)
+
+    async def runtime_changed(self, timeout: float | None = None) -> None:
+        await self._worker.services.relister.wait_changed(self._worker.ref.uid, timeout)
+
+    def request_relist(self) -> None:
+        self._worker.services.relister.request_relist()
+
+    async def publish(self, event: ev.Event) -> None:
+        await self._worker.services.publish(
+            event.model_copy(update={"pod": self._worker.ref, "source": self.stage, "cause": self._worker.cause})
+        )
+
+    def complete(self, phase: Literal["Succeeded", "Failed"]) -> None:
+        self._worker.completed_phase = phase
+        self._worker.wake.set()
+
+    def wake(self) -> None:
+        self._worker.permit_wake.set()
+
+
+class PodWorker:
+    def __init__(self, ref: ev.PodRef, pod: Pod, services: Services, cause: int | None,
+                 predecessor: PodWorker | None = None) -> None:
+        self.ref = ref
+        self.pod = pod
+        self.services = services
+        self.cause = cause
+        self.stash = Stash()
+        self.lifecycle = Lifecycle()
+        self.predecessor = predecessor
+        self.observed_at = time.monotonic()
+        self.observed_wall = time.time()
+        # mailbox
+        self._pending: Pod | None = None
+        self.kill_requested = False
+        self.kill_grace: int | None = None
+        self.forget_requested = False
+        self.wake = anyio.Event()
+        self.permit_wake = anyio.Event()
+        self.completed_phase: str | None = None
+        self._setup_scope: anyio.CancelScope | None = None
+        self.done = anyio.Event()
+        self.log = log.bind(pod=str(ref), uid=ref.uid)
+        services.status.track(ref, pod)
+
+    # --- the mailbox (called by the dispatcher; never blocks) ---------------------------
+
+    def update(self, pod: Pod, cause: int | None) -> None:
+        if self.kill_requested:
+            return  # a pending kill is never overwritten
+        self._pending = pod
+        self.cause = cause
+        self.wake.set()
+
+    def kill(self, grace: int | None, cause: int | None, *, forget: bool = True) -> None:
+        """Sticky: once asked, the pod is torn down; a later kill may only shorten the grace."""
+        if grace is not None:
+            self.kill_grace = grace if self.kill_grace is None else min(self.kill_grace, grace)
+        if not self.kill_requested:
+            self.cause = cause
+        self.kill_requested = True
+        self.forget_requested = self.forget_requested or forget
+        if self._setup_scope is not None:
+            self._setup_scope.cancel()
+        self.wake.set()
+        self.permit_wake.set()
+
+    # --- the worker's life -------------------------------------------------------------
+
+    @property
+    def state(self) -> PodState:
+        return self.lifecycle.state
+
+    def _to(self, trigger: Trigger) -> None:
+        old = self.lifecycle.state
+        new = self.lifecycle.apply(trigger)
+        self.services.status.set_state(self.ref.uid, new)
+        if old is not new:
+            self.log.info("pod state", state=new.value, trigger=trigger.value)
+
+    async def run(self) -> None:
+        try:
+            if self.predecessor is not None:
+                # Static pods with the same full name never run at once (the kubelet's rule):
+                # an edited manifest's new pod waits until the old one is torn down.
+                await self.predecessor.done.wait()
+            await self._live()
+        finally:
+            self.done.set()
+
+    async def _live(self) -> None:
+        unhonoured = unhonoured_fields(self.pod)
+        if unhonoured:
+            self.log.warning("pod uses fields nodeagent does not honour", fields=unhonoured)
+            await self._emit(ev.UnhonouredFieldsFound(fields=unhonoured))
+
+        outcome = await self._setup_cancellable(self._admit)
+        if self.kill_requested:
+            return await self._terminate()
+        if isinstance(outcome, Result) and outcome.verdict is Verdict.REJECT:
+            return await self._rest_until_forgotten()
+
+        outcome = await self._setup_cancellable(self._setup)
+        if self.kill_requested:
+            return await self._terminate()
+        if isinstance(outcome, Result) and outcome.verdict is Verdict.REJECT:
+            self.services.status.reporter(self.ref.uid).set_pod_reason(outcome.reason, outcome.message)
+            self._to(Trigger.FAIL)
+            await self._teardown(grace=self._grace())
+            return await self._rest_until_forgotten()
+
+        self._to(Trigger.STARTED)
+        seconds = time.monotonic() - self.observed_at
+        self.services.observe_pod_start(seconds)
+        await self._emit(ev.PodStarted(seconds_since_observed=seconds))
+        await self._observe()
+        if self.kill_requested:
+            return await self._terminate()
+        # Completed: nothing will run again. Release the sandbox and devices, keep the records
+        # (status, logs) until the pod is deleted.
+        self._to(Trigger.COMPLETE)
+        await self._emit(ev.PodCompleted(phase=self.completed_phase or "Succeeded"))  # type: ignore[arg-type]
+        with anyio.CancelScope(shield=True):
+            await self._undo(Phase.STOP, grace=0)
+            await self._undo(Phase.UNPREPARE)
+            await self.services.admission.release(self.pod)
+        await self._wait_for_kill()
+        await self._terminate()
+
+    async def _setup_cancellable(self, step: Callable[[], Awaitable[Result]]) -> Result | None:
+        result: Result | None = None
+        with anyio.CancelScope() as scope:
+            self._setup_scope = scope
+            if self.kill_requested:
+                scope.cancel()
+            result = await step()
+        self._setup_scope = None
+        return result
+
+    async def _admit(self) -> Result:
+        result, stage = await self.services.admission.admit(self.pod)
+        if result.verdict is Verdict.REJECT:
+            self.services.status.reporter(self.ref.uid).set_pod_reason(result.reason, result.message)
+            self._to(Trigger.REJECT)
+            self.log.warning("pod rejected", stage=stage, reason=result.reason, message=result.message)
+            await self._emit(ev.PodRejected(reason=result.reason, message=result.message))
+            return result
+        self._to(Trigger.ADMIT)
+        await self._emit(ev.PodAdmitted())
+        return result
+
+    async def _setup(self) -> Result:
+        self._to(Trigger.PREPARE)
+        self.pod_dir.mkdir(parents=True, exist_ok=True)
+        result = await self._phase_with_retry(Phase.PREPARE)
+        if result.verdict is Verdict.REJECT:
+            return result
+        while True:
+            self.permit_wake = anyio.Event()
+            result = await self._run_phase(Phase.PERMIT)
+            if result.verdict is not Verdict.WAIT:
+                break
+            self._to(Trigger.WAIT)
+            await self._emit(ev.PodWaiting(phase="permit", reason=result.reason, message=result.message,
+                                           retry_after_seconds=result.retry_after))
+            with anyio.move_on_after(result.retry_after if result.retry_after is not None else 1.0):
+                await self.permit_wake.wait()
+        if result.verdict is Verdict.REJECT:
+            return result
+        self._to(Trigger.PERMIT)
+        return await self._phase_with_retry(Phase.START)
+
+    @property
+    def pod_dir(self) -> Path:
+        return self.services.root_dir / "pods" / self.ref.uid
+
+    async def _phase_with_retry(self, phase: Phase) -> Result:
+        delay = RETRY_INITIAL_SECONDS
+        while True:
+            self._take_pending()
+            result = await self._run_phase(phase)
+            if result.verdict is not Verdict.RETRY:
+                return result
+            wait = result.retry_after if result.retry_after is not None else delay
+            delay = min(delay * 2, RETRY_MAX_SECONDS)
+            await self._emit(ev.PodWaiting(phase=phase.value, reason=result.reason, message=result.message,
+                                           retry_after_seconds=wait))
+            await self.services.clock.sleep(wait)
+
+    def _take_pending(self) -> None:
+        if self._pending is not None:
+            self.pod, self._pending = self._pending, None
+            self.services.status.track(self.ref, self.pod)
+
+    async def _run_phase(self, phase: Phase) -> Result:
+        """Run every stage of ``phase`` in order; the first answer other than CONTINUE/SKIP
+        decides. Exceptions become verdicts here, once."""
+        for stage in self.services.pipeline[phase]:
+            ctx = StageContext(self, stage.name)
+            begin = time.monotonic()
+            try:
+                result = await getattr(stage, phase.value)(ctx)
+            except Retryable as exc:
+                result = await self._failed(stage, phase, exc, begin, Result.retry(exc.reason, str(exc)))
+            except Permanent as exc:
+                result = await self._failed(stage, phase, exc, begin, Result.reject(exc.reason, str(exc)))
+            except CriError as exc:
+                result = await self._failed(stage, phase, exc, begin, Result.retry(type(exc).__name__, str(exc)))
+            except Exception as exc:  # a stage bug: report it, keep the agent and other pods alive
+                ctx.log.exception("stage raised", phase=phase.value)
+                result = await self._failed(stage, phase, exc, begin, Result.retry("StageError", repr(exc)))
+            else:
+                if not isinstance(result, Result) or result.verdict not in PHASE_SPECS[phase].verdicts:
+                    result = Result.reject("InvalidStageVerdict",
+                                           f"stage {stage.name!r} answered {result!r} in phase {phase.value}")
+                seconds = time.monotonic() - begin
+                self.services.observe_stage_time(stage.name, phase.value, seconds)
+                await self._emit(ev.StageCompleted(phase=phase.value, verdict=result.verdict.value,
+                                                   duration_seconds=seconds, reason=result.reason,
+                                                   message=result.message), source=stage.name)
+            if result.verdict not in (Verdict.CONTINUE, Verdict.SKIP):
+                return result
+        return Result.ok()
+
+    async def _failed(self, stage: Stage, phase: Phase, exc: Exception, begin: float, result: Result) -> Result:
+        seconds = time.monotonic() - begin
+        self.services.observe_stage_time(stage.name, phase.value, seconds)
+        await self._emit(ev.StageFailed(phase=phase.value, error=str(exc), retryable=result.verdict is Verdict.RETRY,
+                                        duration_seconds=seconds), source=stage.name)
+        return result
+
+    async def _observe(self) -> None:
+        self.wake = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            for stage in self.services.pipeline[Phase.OBSERVE]:
+                assert isinstance(stage, Observe)
+                tg.start_soon(self._observer, stage, name=f"observe:{stage.name}:{self.ref}")
+            while not (self.kill_requested or self.completed_phase):
+                await self.wake.wait()
+                self.wake = anyio.Event()
+                self._take_pending()
+            tg.cancel_scope.cancel()
+
+    async def _observer(self, stage: Observe) -> None:
+        ctx = StageContext(self, stage.name)
+        delay = RETRY_INITIAL_SECONDS
+        while True:
+            try:
+                await stage.observe(ctx)
+                return
+            except Exception:  # an observer bug must not take the pod down: restart it
+                ctx.log.exception("observe stage failed; restarting it", retry_in=delay)
+                await self.services.clock.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+    async def _wait_for_kill(self) -> None:
+        while not self.kill_requested:
+            await self.wake.wait()
+            self.wake = anyio.Event()
+
+    async def _rest_until_forgotten(self) -> None:
+        """A rejected or failed pod keeps its final status until its source drops it."""
+        await self._wait_for_kill()
+        self._to(Trigger.KILL)
+        await self._finish()
+
+    def _grace(self) -> int:
+        grace = self.kill_grace
+        if grace is None:
+            grace = self.pod.metadata.deletion_grace_period_seconds
+        if grace is None:
+            grace = self.pod.spec.termination_grace_period_seconds
+        return max(grace, 0)
+
+    async def _terminate(self) -> None:
+        # Teardown runs even for a pod killed before admission finished: after an agent
+        # restart such a pod may already own a sandbox, and every undo is idempotent.
+        self._to(Trigger.KILL)
+        await self._teardown(grace=self._grace())
+        await self._finish()
+
+    async def _teardown(self, grace: int) -> None:
+        """stop → unprepare → cleanup → unreserve; shielded: a pod being torn down is torn down."""
+        await self._emit(ev.PodTerminating(grace_period_seconds=grace))
+        with anyio.CancelScope(shield=True):
+            await self._undo(Phase.STOP, grace=grace)
+            await self._undo(Phase.UNPREPARE)
+            await self._undo(Phase.CLEANUP)
+            await self.services.admission.release(self.pod)
+            if self.state is PodState.TERMINATING:
+                self._to(Trigger.TORN_DOWN)
+            await self._emit(ev.PodTerminated(phase=self.services.status.get(self.ref.uid).get("phase", "")))
+
+    async def _undo(self, phase: Phase, grace: int = 0) -> None:
+        for stage in self.services.pipeline[phase]:
+            ctx = StageContext(self, stage.name)
+            begin = time.monotonic()
+            try:
+                if phase is Phase.STOP:
+                    assert isinstance(stage, Start)
+                    # Bounded by the grace period plus the runtime's own time to SIGKILL.
+                    with anyio.move_on_after(grace + UNDO_TIMEOUT_SECONDS):
+                        await stage.stop(ctx, float(grace))
+                elif phase is Phase.UNPREPARE:
+                    assert isinstance(stage, Prepare)
+                    with anyio.move_on_after(UNDO_TIMEOUT_SECONDS):
+                        await stage.unprepare(ctx)
+                elif phase is Phase.CLEANUP:
+                    assert isinstance(stage, Cleanup)
+                    with anyio.move_on_after(UNDO_TIMEOUT_SECONDS):
+                        await stage.cleanup(ctx)
+            except Exception as exc:
+                ctx.log.exception("undo phase failed", phase=phase.value)
+                await self._emit(ev.StageFailed(phase=phase.value, error=str(exc), retryable=False,
+                                                duration_seconds=time.monotonic() - begin), source=stage.name)
+                continue
+            seconds = time.monotonic() - begin
+            self.services.observe_stage_time(stage.name, phase.value, seconds)
+            await self._emit(ev.StageCompleted(phase=phase.value, verdict=Verdict.CONTINUE.value,
+                                               duration_seconds=seconds), source=stage.name)
+
+    async def _finish(self) -> None:
+        if self.forget_requested:
+            await self.services.status.flush()
+            await self.services.status.forget(self.ref.uid)
+            await self._emit(ev.PodForgotten())
+
+    async def _emit(self, event: ev.Event, source: str = "worker") -> None:
+        await self.services.publish(event.model_copy(update={"pod": self.ref, "source": source, "cause": self.cause}))
+
+
+__all__ = ["PodWorker", "Services", "StageContext", "MINIMUM_GRACE_SECONDS", "Permit"]

@@ -1,0 +1,64 @@
+"""Ensure a container's image per its pull policy, with the kubelet's pull back-off.
+
+Reasons shown to users are the kubelet's: ErrImagePull after a failed pull, ImagePullBackOff
+while waiting to try again, ErrImageNeverPull for policy Never and an absent image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cri import CriError
+from nodeagent.events import ImagePulled
+from nodeagent.model import Container
+from nodeagent.stages import PodContext, Result
+from plugins.runtime.backoff import Backoff
+
+IMAGE_BACKOFF_INITIAL = 10.0  # the kubelet's imageBackOffPeriod
+IMAGE_BACKOFF_MAX = 300.0  # MaxImageBackOff
+
+
+@dataclass
+class ImagePuller:
+    backoff: Backoff
+    _last_failure: dict[str, float]
+
+    @classmethod
+    def new(cls) -> ImagePuller:
+        return cls(Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_MAX), {})
+
+    async def ensure(self, ctx: PodContext, container: Container) -> tuple[str, Result | None]:
+        """Returns the image reference to run, or a RETRY result that says why not."""
+        image = container.image
+        policy = container.pull_policy
+        present = await ctx.runtime.image_status(image)
+        if policy == "Never":
+            if present is None:
+                message = f'Container image "{image}" is not present with pull policy of Never'
+                ctx.status.container_waiting(container.name, "ErrImageNeverPull", message)
+                return "", Result.retry("ErrImageNeverPull", message, retry_after=IMAGE_BACKOFF_INITIAL)
+            return present.id, None
+        if policy == "IfNotPresent" and present is not None:
+            await ctx.publish(ImagePulled(image=image, image_ref=present.id, already_present=True))
+            return present.id, None
+
+        key = f"{ctx.ref.uid}_{image}"
+        now = ctx.clock.monotonic()
+        wait = self.backoff.remaining(key, self._last_failure.get(key, now), now)
+        if wait > 0:
+            message = f'Back-off pulling image "{image}"'
+            ctx.status.container_waiting(container.name, "ImagePullBackOff", message)
+            return "", Result.retry("ImagePullBackOff", message, retry_after=wait)
+        try:
+            ref = await ctx.runtime.pull_image(image)
+        except CriError as exc:
+            self._last_failure[key] = now
+            self.backoff.next(key, now)
+            message = f'Failed to pull image "{image}": {exc.details or exc}'
+            ctx.status.container_waiting(container.name, "ErrImagePull", message)
+            ctx.log.warning("image pull failed", image=image, error=str(exc))
+            # Come back soon: the next call finds the image in back-off and says so.
+            return "", Result.retry("ErrImagePull", message, retry_after=1.0)
+        self.backoff.reset(key)
+        await ctx.publish(ImagePulled(image=image, image_ref=ref, already_present=False))
+        return ref, None

@@ -1,0 +1,74 @@
+"""Session-wide fixtures: the real containerd (devenv) and the anyio backend.
+
+Other fixtures belong in their own conftest files; this one only provides
+the environment every integration test stands on.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pluggy
+import pytest
+
+from devenv import Containerd, build_images, ensure_packages
+
+# Where the session's Containerd is kept for the report hook below.
+_ENV_KEY = pytest.StashKey[Containerd]()
+
+
+def _announce(config: pytest.Config, line: str) -> None:
+    """Print past pytest's output capture, so the line shows during the run."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        print(line)
+        return
+    with capman.global_and_fixture_disabled():
+        print(line)
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def containerd(request: pytest.FixtureRequest) -> Iterator[Containerd]:
+    """A private containerd (CRI, bridge CNI, busybox and pause images) for the session.
+
+    Lives under /tmp because a unix socket path must stay under 108 bytes.
+    Its pod subnet and bridge are derived from its directory, so it can run
+    next to `make env` and other sessions. The directory is deleted at the end
+    unless a test failed: then containerd.log stays for reading.
+    """
+    ensure_packages()
+    archives = build_images()
+    base = Path(tempfile.mkdtemp(prefix="nodeagent-test-", dir="/tmp"))
+    env = Containerd(base)
+    request.config.stash[_ENV_KEY] = env
+    _announce(request.config, f"\ncontainerd log: {env.log_path} (endpoint {env.endpoint})")
+    try:
+        env.start()
+        env.import_images(archives)
+        yield env
+    finally:
+        env.stop()
+        if request.session.testsfailed == 0:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
+    """Name containerd's log in the report of a failing test that used it
+    (directly or through another fixture)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "containerd" in getattr(item, "fixturenames", ()):
+        env = item.config.stash.get(_ENV_KEY, None)
+        if env is not None:
+            report.sections.append(("containerd", f"containerd log: {env.log_path}"))

@@ -19,14 +19,16 @@ Why it looks like this:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 
 import anyio
+import anyio.lowlevel
 import grpc
 from google.protobuf.message import Message
 from grpc import aio
@@ -138,7 +140,6 @@ class RuntimeClient:
         await self.close()
 
     async def _handshake(self) -> t.VersionInfo:
-        self._version_stale = False
         try:
             response = await self._unary("Version", api.VersionRequest(version=CLIENT_API_VERSION),
                                          api.VersionResponse, timeout=self.timeout)
@@ -154,12 +155,13 @@ class RuntimeClient:
                 f"{info.runtime_name} {info.runtime_version} answered runtime_api_version "
                 f"{info.runtime_api_version!r}, expected {RUNTIME_API_VERSION!r}")
         self.runtime_version = info
+        self._version_stale = False
         return info
 
     # ------------------------------------------------------------ the boundary
 
-    @contextlib.contextmanager
-    def _boundary(self, method: str) -> Iterator[None]:
+    @contextlib.asynccontextmanager
+    async def _boundary(self, method: str) -> AsyncIterator[None]:
         """Turn gRPC failures into cri.errors, for every RPC."""
         try:
             yield
@@ -173,6 +175,18 @@ class RuntimeClient:
             if code == grpc.StatusCode.UNAVAILABLE:
                 self._version_stale = True
             raise errors.from_rpc_error(method, self.endpoint, code, details) from exc
+        except asyncio.CancelledError:
+            # grpc.aio swallows the canceller's CancelledError and raises a bare
+            # one, which anyio's cancel scopes do not recognise as theirs (the
+            # cancellation would escape move_on_after/fail_after). A checkpoint
+            # lets a cancelled scope deliver its own CancelledError instead.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            task = asyncio.current_task()
+            if task is not None and task.cancelling() == 0:
+                # Nobody cancelled us: grpc cancelled the call (channel closed).
+                raise errors.CriError(method, self.endpoint, grpc.StatusCode.CANCELLED,
+                                      "call cancelled because the client was closed") from None
+            raise
 
     def _ready(self) -> bool:
         channel = self._channel
@@ -199,10 +213,14 @@ class RuntimeClient:
         stub = self._stub(method, response_type)
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = _RETRY_FIRST_DELAY
+        if not self._ready():
+            # Idle, connecting or broken: whoever answers may be a restarted (or
+            # different) runtime, so re-check the version after this call.
+            self._version_stale = True
         while True:
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
-                with self._boundary(method):
+                async with self._boundary(method):
                     response: M = await stub(request, timeout=remaining, wait_for_ready=read)
                 break
             except errors.Unavailable:
@@ -215,6 +233,7 @@ class RuntimeClient:
         return response
 
     async def _recheck_version(self) -> None:
+        self._version_stale = False  # one re-check at a time, not one per concurrent call
         try:
             await self._handshake()
         except errors.CriError as exc:
@@ -421,7 +440,7 @@ class RuntimeClient:
         stub = self._stub("GetContainerEvents", api.ContainerEventResponse, stream=True)
         call = stub(api.GetEventsRequest(), timeout=None, wait_for_ready=False)
         try:
-            with self._boundary("GetContainerEvents"):
+            async with self._boundary("GetContainerEvents"):
                 async for message in call:
                     yield from_proto(message, t.ContainerEvent)
         finally:

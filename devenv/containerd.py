@@ -438,6 +438,21 @@ class Containerd:
             # the first container does not pay for unpacking.
             self.ctr("images", "import", "--snapshotter", "overlayfs", str(archive.path))
 
+    def wait_image_stats(self, timeout: float = 5.0) -> int:
+        """Wait until CRI's ImageFsInfo counts the imported images; return the bytes.
+
+        containerd computes it in a periodic sweep (stats_collect_period, 1 s
+        here), so right after an import it still says 0; tests that read it
+        want the settled value.
+        """
+        deadline = time.monotonic() + timeout
+        with RawCRI(self.socket_path) as cri:
+            while True:
+                used = cri.image_fs_used_bytes()
+                if used or time.monotonic() > deadline:
+                    return used
+                time.sleep(0.05)
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             text = self.log_path.read_text(errors="replace")

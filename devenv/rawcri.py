@@ -113,6 +113,17 @@ class RawCRI:
                 tags.extend(_strings(image, 2))
         return tags
 
+    def image_fs_used_bytes(self) -> int:
+        """Bytes used by the image filesystem as CRI reports them (ImageFsInfo),
+        i.e. image_filesystems[0].used_bytes.value; 0 before the first sweep."""
+        raw = self.call(IMAGES + "ImageFsInfo")
+        for n, usage in fields(raw):
+            if n == 1 and isinstance(usage, bytes):
+                used = dict(fields(usage)).get(3, b"")
+                value = dict(fields(used)).get(1, 0) if isinstance(used, bytes) else 0
+                return value if isinstance(value, int) else 0
+        return 0
+
     def pod_ids(self) -> list[str]:
         """Ids of all pod sandboxes (ListPodSandboxResponse.items[].id)."""
         raw = self.call(RUNTIME + "ListPodSandbox")

@@ -42,6 +42,7 @@ log = structlog.get_logger("nodeagent")
 # The kubelet's default hard eviction threshold for memory is subtracted from allocatable.
 EVICTION_HARD_MEMORY = 100 * 2**20
 RUNTIME_CONNECT_RETRY_MAX = 10.0
+CONNECT_ATTEMPT_SECONDS = 3.0
 
 
 def node_allocatable(config: AgentConfig) -> dict[str, int]:
@@ -147,21 +148,29 @@ class Agent:
 
     async def _connect_runtime(self) -> None:
         """A dead runtime socket is reported precisely and retried; the agent does not exit."""
+        endpoint = self.config.container_runtime_endpoint
         delay = 0.5
         while True:
-            try:
-                await self.runtime.connect()
-                info = await self.runtime.version()
-                log.info("runtime connected", endpoint=self.config.container_runtime_endpoint,
-                         runtime=f"{info.runtime_name} {info.runtime_version}", api=info.runtime_api_version)
-                return
-            except CriError as exc:
-                log.error("runtime not reachable; retrying", endpoint=self.config.container_runtime_endpoint,
-                          error=str(exc), retry_in=delay)
-                await self.bus.publish(ev.RuntimeUnavailable(source="core", endpoint=self.config.container_runtime_endpoint,
-                                                             message=str(exc)))
-                await self.clock.sleep(delay)
-                delay = min(delay * 2, RUNTIME_CONNECT_RETRY_MAX)
+            message = ""
+            # The client waits for a ready channel on reads; bound each attempt so the agent
+            # keeps saying what is wrong instead of hanging silently.
+            with anyio.move_on_after(CONNECT_ATTEMPT_SECONDS):
+                try:
+                    info = await self.runtime.connect()
+                    log.info("runtime connected", endpoint=endpoint,
+                             runtime=f"{info.runtime_name} {info.runtime_version}", api=info.runtime_api_version)
+                    return
+                except CriError as exc:
+                    message = str(exc)
+            if not message:
+                path = endpoint.removeprefix("unix://")
+                exists = "exists" if os.path.exists(path) else "does not exist"
+                message = (f"CRI runtime at {endpoint} did not answer within {CONNECT_ATTEMPT_SECONDS:g}s "
+                           f"(socket {path} {exists}; is containerd running?)")
+            log.error("runtime not reachable; retrying", endpoint=endpoint, error=message, retry_in=delay)
+            await self.bus.publish(ev.RuntimeUnavailable(source="core", endpoint=endpoint, message=message))
+            await self.clock.sleep(delay)
+            delay = min(delay * 2, RUNTIME_CONNECT_RETRY_MAX)
 
     async def _replay(self, wanted: set[str]) -> None:
         """Runtime pods of this node that no source wants are orphans: tear them down. Wanted

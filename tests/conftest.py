@@ -53,6 +53,7 @@ def containerd(request: pytest.FixtureRequest) -> Iterator[Containerd]:
     try:
         env.start()
         env.import_images(archives)
+        env.wait_image_stats()  # so ImageFsInfo is settled for the first test
         yield env
     finally:
         env.stop()

@@ -42,6 +42,7 @@ def test_cri_sees_the_images(containerd: Containerd) -> None:
     with RawCRI(containerd.socket_path) as cri:
         assert cri.version()["runtime_api_version"] == "v1"
         tags = cri.image_tags()
+        assert cri.image_fs_used_bytes() > 0  # the fixture waited for the stats sweep
     assert BUSYBOX_IMAGE in tags and PAUSE_IMAGE in tags
 
 

@@ -1,0 +1,704 @@
+"""Pod start latency and throughput: nodeagent against a raw-CRI baseline, same run, same containerd.
+
+    python -m benchmarks.pod_start                 # sizes 1, 30, 110 (about 2-4 minutes)
+    python -m benchmarks.pod_start --quick         # sizes 1, 10
+    python -m benchmarks.pod_start --sizes 5,50 --append benchmarks/RESULTS.md
+
+What happens, for each size N (one busybox container per pod, ``sleep 3600``):
+
+1. **Baseline**: N pods started with exactly the calls nodeagent's runtime stage makes to start a
+   pod (RunPodSandbox, CreateContainer, StartContainer), with the configs nodeagent would send
+   (manifests parsed by ``nodeagent.sources.static.parse_manifest``, configs built by
+   ``plugins.runtime.sandbox.sandbox_config`` and ``plugins.runtime.container.container_config``),
+   at most ``--baseline-concurrency`` pods (default 16) in flight. Teardown mirrors the agent's:
+   StopContainer with the pod's grace period (``sleep`` as PID 1 ignores SIGTERM, so this waits
+   the grace out, for every pod at once, as the agent's workers do), then StopPodSandbox,
+   RemoveContainer, RemovePodSandbox under the same in-flight limit.
+2. **nodeagent**: a fresh ``python -m nodeagent run`` subprocess (its own node name, root and log
+   dirs, a static pod dir, its local endpoint on a free loopback port); N manifests are written
+   into the static pod dir, then removed.
+
+Both are timed the same way: from the start (first manifest written / first call issued) until
+every pod's containers are RUNNING as seen by a CRI ListContainers poll every 50 ms; teardown until
+ListPodSandbox and ListContainers are both empty. Per-pod latency is the poll time at which that
+pod was first seen running, counted from the start (like density_test.go's create → Running).
+nodeagent's own view comes from its trace (``/trace/UID``: PodStarted.seconds_since_observed and
+the events before it) and its ``/metrics`` (relist and stage histograms). Memory and CPU are read
+from ``/proc/PID/status`` (VmRSS, VmHWM) and ``/proc/PID/stat`` (utime + stime) of the agent
+process; containerd's CPU from its own ``/proc/PID/stat``.
+
+A private containerd (devenv) is started in a temp dir under /tmp and stopped at the end.
+Percentiles use density_test.go's method (sorted list, element ceil(n*p/100) - 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as `python benchmarks/pod_start.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import anyio
+
+import devenv
+from cri import RuntimeClient
+from cri import types as t
+from nodeagent import labels as L
+from nodeagent.model import Pod
+from nodeagent.sources.static import parse_manifest
+from plugins.runtime.container import container_config
+from plugins.runtime.sandbox import log_directory, sandbox_config
+
+REPO = Path(__file__).resolve().parent.parent
+POLL_SECONDS = 0.05
+DEFAULT_SIZES = (1, 30, 110)
+QUICK_SIZES = (1, 10)
+BASELINE_CONCURRENCY = 16
+GRACE_SECONDS = 2  # the kubelet's (and nodeagent's) minimum; sleep as PID 1 waits it out
+AGENT_SETTLE_SECONDS = 1.5  # idle time after the agent is healthy, before the manifests
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+MiB = 2**20
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def pct(values: Iterable[float], p: float) -> float | None:
+    """density_test.go's percentile: element ceil(n*p/100) - 1 of the sorted list."""
+    data = sorted(values)
+    if not data:
+        return None
+    return data[max(math.ceil(len(data) * p / 100) - 1, 0)]
+
+
+def proc_cpu(pid: int) -> float:
+    """utime + stime of a whole process (all threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        text = f.read()
+    fields = text[text.rfind(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_mem(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM in bytes."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(rest.split()[0]) * 1024
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def manifest(index: int, grace: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"bench-{index:03d}", "labels": {"app": "pod-start-bench"}},
+        "spec": {
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{"name": "main", "image": devenv.BUSYBOX_IMAGE, "command": ["sleep", "3600"]}],
+        },
+    }
+
+
+def git_description() -> str:
+    def run(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = run("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = [line for line in run("status", "--porcelain").splitlines() if line.strip()]
+    return f"{commit} + uncommitted changes ({len(dirty)} paths)" if dirty else commit
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+# --------------------------------------------------------------------------- watching the runtime
+
+
+async def poll_running(client: RuntimeClient, node: str, expected: dict[str, int], t0: float,
+                       timeout: float) -> dict[str, float]:
+    """Seconds after t0 at which each pod (by pod name label) first had all its containers
+    RUNNING, polling ListContainers every POLL_SECONDS."""
+    seen: dict[str, float] = {}
+    tick = time.monotonic()
+    flt = t.ContainerFilter(state=t.ContainerState.CONTAINER_RUNNING, label_selector={L.MANAGED_BY: node})
+    while True:
+        containers = await client.list_containers(flt)
+        now = time.monotonic() - t0
+        running: dict[str, int] = {}
+        for c in containers:
+            name = c.labels.get(L.POD_NAME, "")
+            running[name] = running.get(name, 0) + 1
+        for name, want in expected.items():
+            if name not in seen and running.get(name, 0) >= want:
+                seen[name] = now
+        if len(seen) == len(expected):
+            return seen
+        if now > timeout:
+            missing = sorted(set(expected) - set(seen))
+            raise TimeoutError(f"{len(missing)} of {len(expected)} pods not running after {timeout:.0f}s "
+                               f"(e.g. {missing[:3]})")
+        tick += POLL_SECONDS
+        await anyio.sleep(max(tick - time.monotonic(), 0))
+
+
+async def poll_empty(client: RuntimeClient, t0: float, timeout: float) -> float:
+    """Seconds after t0 at which the runtime held no sandbox and no container."""
+    tick = time.monotonic()
+    while True:
+        sandboxes = await client.list_pod_sandbox()
+        containers = await client.list_containers()
+        now = time.monotonic() - t0
+        if not sandboxes and not containers:
+            return now
+        if now > timeout:
+            raise TimeoutError(f"runtime not empty after {timeout:.0f}s: {len(sandboxes)} sandboxes, "
+                               f"{len(containers)} containers")
+        tick += POLL_SECONDS
+        await anyio.sleep(max(tick - time.monotonic(), 0))
+
+
+def start_timeout(n: int) -> float:
+    return 60.0 + 2.0 * n
+
+
+# --------------------------------------------------------------------------- the raw-CRI baseline
+
+
+@dataclass
+class BaselinePod:
+    pod: Pod
+    sandbox_id: str = ""
+    container_ids: list[str] = field(default_factory=list)
+    began: float = 0.0  # seconds after t0 the pod's first call went out (after queueing)
+    ended: float = 0.0  # seconds after t0 its last StartContainer returned
+
+
+class Baseline:
+    """The CRI calls nodeagent's runtime stage makes for a pod, and nothing else."""
+
+    def __init__(self, client: RuntimeClient, node: str, logs_dir: Path, image_ref: str,
+                 concurrency: int, grace: int) -> None:
+        self.client = client
+        self.node = node
+        self.logs_dir = logs_dir
+        self.image_ref = image_ref
+        self.concurrency = concurrency
+        self.grace = grace
+
+    def pods(self, n: int) -> list[BaselinePod]:
+        out = []
+        for i in range(n):
+            text = json.dumps(manifest(i, self.grace))
+            for doc in parse_manifest(Path(f"/baseline/bench-{i:03d}.json"), text, self.node, time.time()):
+                out.append(BaselinePod(Pod.model_validate(doc)))
+        return out
+
+    async def start(self, pods: Sequence[BaselinePod], t0: float) -> None:
+        limit = anyio.Semaphore(self.concurrency)
+
+        async def one(p: BaselinePod) -> None:
+            async with limit:
+                p.began = time.monotonic() - t0
+                sandbox = sandbox_config(p.pod, 0, self.logs_dir, self.node)
+                log_directory(self.logs_dir, p.pod).mkdir(parents=True, exist_ok=True, mode=0o755)
+                p.sandbox_id = await self.client.run_pod_sandbox(sandbox)
+                for container in p.pod.spec.containers:
+                    config = container_config(p.pod, container, 0, self.image_ref, self.node)
+                    cid = await self.client.create_container(p.sandbox_id, config, sandbox)
+                    await self.client.start_container(cid)
+                    p.container_ids.append(cid)
+                p.ended = time.monotonic() - t0
+
+        async with anyio.create_task_group() as tg:
+            for p in pods:
+                tg.start_soon(one, p)
+
+    async def teardown(self, pods: Sequence[BaselinePod]) -> None:
+        limit = anyio.Semaphore(self.concurrency)
+
+        async def one(p: BaselinePod) -> None:
+            # Waiting out the grace period is not runtime work: like the agent's workers, every
+            # pod waits at once; the runtime work below is under the in-flight limit.
+            for cid in p.container_ids:
+                await self.client.stop_container(cid, self.grace)
+            async with limit:
+                await self.client.stop_pod_sandbox(p.sandbox_id)
+                for cid in p.container_ids:
+                    await self.client.remove_container(cid)
+                await self.client.remove_pod_sandbox(p.sandbox_id)
+
+        async with anyio.create_task_group() as tg:
+            for p in pods:
+                tg.start_soon(one, p)
+        shutil.rmtree(self.logs_dir, ignore_errors=True)
+
+
+async def run_baseline(client: RuntimeClient, workdir: Path, n: int, image_ref: str, concurrency: int,
+                       grace: int) -> dict[str, Any]:
+    node = f"base{uuid.uuid4().hex[:6]}"
+    baseline = Baseline(client, node, workdir / f"baseline-logs-{n}", image_ref, concurrency, grace)
+    pods = baseline.pods(n)
+    expected = {p.pod.metadata.name: len(p.pod.spec.containers) for p in pods}
+    cd_pid = CONTAINERD_PID[0]
+    cd0 = proc_cpu(cd_pid)
+    t0 = time.monotonic()
+    seen: dict[str, float] = {}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(baseline.start, pods, t0)
+        seen = await poll_running(client, node, expected, t0, start_timeout(n))
+    all_calls_done = max(p.ended for p in pods)
+    cd1 = proc_cpu(cd_pid)
+    t1 = time.monotonic()
+    await baseline.teardown(pods)
+    teardown = await poll_empty(client, t1, start_timeout(n))
+    cd2 = proc_cpu(cd_pid)
+    return {
+        "node": node,
+        "start_seconds": max(seen.values()),
+        "calls_done_seconds": all_calls_done,
+        "per_pod_seen": list(seen.values()),
+        "per_pod_exact": [p.ended for p in pods],
+        "per_pod_own": [p.ended - p.began for p in pods],
+        "teardown_seconds": teardown,
+        "containerd_cpu_start": cd1 - cd0,
+        "containerd_cpu_teardown": cd2 - cd1,
+    }
+
+
+# --------------------------------------------------------------------------- nodeagent
+
+
+class AgentProcess:
+    """``python -m nodeagent run`` in its own process, with its own dirs under workdir."""
+
+    def __init__(self, workdir: Path, endpoint: str, max_pods: int) -> None:
+        self.node = f"bench{uuid.uuid4().hex[:6]}"
+        self.dir = workdir / self.node
+        self.manifests = self.dir / "manifests"
+        self.manifests.mkdir(parents=True)
+        self.port = free_port()
+        self.log_path = self.dir / "agent.log"
+        self.argv = [
+            sys.executable, "-m", "nodeagent", "run",
+            "--static-pod-path", str(self.manifests),
+            "--container-runtime-endpoint", endpoint,
+            "--node-name", self.node,
+            "--root-dir", str(self.dir / "root"),
+            "--pod-logs-dir", str(self.dir / "logs"),
+            "--healthz-port", str(self.port),
+            "--max-pods", str(max_pods),
+            "--log-format", "json",
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 30.0) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         cwd=REPO, env=env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nodeagent exited with {self.proc.returncode}; log {self.log_path}:\n"
+                                   + self.log_tail())
+            try:
+                status, _ = http_get(self.url + "/healthz", timeout=1.0)
+                if status == 200:
+                    return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"nodeagent not healthy after {timeout:.0f}s; log {self.log_path}:\n" + self.log_tail())
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGINT)  # KeyboardInterrupt: a clean exit
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def write_manifests(self, n: int, grace: int) -> dict[str, float]:
+        """Write N manifests (each atomically); returns file name -> wall time written."""
+        written = {}
+        for i in range(n):
+            name = f"bench-{i:03d}.json"
+            tmp = self.manifests / f".{name}.tmp"
+            tmp.write_text(json.dumps(manifest(i, grace)))
+            tmp.rename(self.manifests / name)
+            written[f"bench-{i:03d}-{self.node}"] = time.time()
+        return written
+
+    def remove_manifests(self) -> None:
+        for path in self.manifests.iterdir():
+            path.unlink()
+
+    def get_json(self, path: str) -> Any:
+        status, body = http_get(self.url + path)
+        return json.loads(body) if status == 200 else None
+
+    def metrics(self) -> str:
+        return http_get(self.url + "/metrics")[1].decode()
+
+
+_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:]+)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)$')
+
+
+def parse_metrics(text: str) -> dict[tuple[str, str], float]:
+    out = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m:
+            out[(m["name"], m["labels"] or "")] = float(m["value"])
+    return out
+
+
+def histogram(samples: dict[tuple[str, str], float], name: str, labels: str = "") -> dict[str, Any]:
+    """count, sum, mean and the upper bound of the bucket holding the max (None when empty)."""
+    count = samples.get((f"{name}_count", labels), 0.0)
+    total = samples.get((f"{name}_sum", labels), 0.0)
+    sep = "," if labels else ""
+    buckets = sorted(
+        (float(lbl.rsplit('le="', 1)[1].rstrip('"')), v)
+        for (metric, lbl), v in samples.items()
+        if metric == f"{name}_bucket" and lbl.startswith(labels + sep + 'le="') and "+Inf" not in lbl
+    )
+    p99 = next((le for le, v in buckets if count and v >= 0.99 * count), None)
+    top = next((le for le, v in buckets if count and v >= count), None)
+    return {"count": int(count), "sum": total, "mean": total / count if count else None, "p99_le": p99,
+            "max_le": top}
+
+
+def delta_hist(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    count = after["count"] - before["count"]
+    total = after["sum"] - before["sum"]
+    return {"count": count, "sum": total, "mean": total / count if count else None}
+
+
+def breakdown(traces: dict[str, list[dict[str, Any]]], written: dict[str, float], t0_wall: float,
+              seen: dict[str, float], removed_wall: float) -> dict[str, list[float]]:
+    """Per-pod intervals from the agent's trace, in seconds."""
+    parts: dict[str, list[float]] = {}
+
+    def add(key: str, value: float | None) -> None:
+        if value is not None:
+            parts.setdefault(key, []).append(value)
+
+    for name, chain in traces.items():
+        first: dict[str, dict[str, Any]] = {}
+        stages: dict[str, float] = {}
+        for e in chain:
+            first.setdefault(e["kind"], e)
+            if e["kind"] == "StageCompleted":
+                stages[e["phase"]] = stages.get(e["phase"], 0.0) + e["duration_seconds"]
+
+        def at(kind: str) -> float | None:
+            return first[kind]["at"] if kind in first else None
+
+        observed, admitted, started = at("PodSpecObserved"), at("PodAdmitted"), at("PodStarted")
+        if observed is not None and name in written:
+            add("manifest→observed", observed - written[name])
+        if observed is not None and admitted is not None:
+            add("observed→admitted", admitted - observed)
+        add("prepare stage", stages.get("prepare"))
+        add("start stage", stages.get("start"))
+        if "PodStarted" in first:
+            add("observed→PodStarted", first["PodStarted"]["seconds_since_observed"])
+        if started is not None and at("ContainerStarted") is not None:
+            add("PodStarted→PLEG saw it", at("ContainerStarted") - started)  # type: ignore[operator]
+        if started is not None and name in seen:
+            add("PodStarted→poll saw it", t0_wall + seen[name] - started)
+        deletion = at("PodDeletionRequested")
+        if deletion is not None:
+            add("removed→deletion seen", deletion - removed_wall)
+        if at("PodTerminating") is not None and at("PodTerminated") is not None:
+            add("terminating→terminated", at("PodTerminated") - at("PodTerminating"))  # type: ignore[operator]
+        add("stop stage", stages.get("stop"))
+        add("unprepare stage", stages.get("unprepare"))
+        add("cleanup stage", stages.get("cleanup"))
+    return parts
+
+
+async def run_agent(client: RuntimeClient, workdir: Path, n: int, grace: int) -> dict[str, Any]:
+    agent = AgentProcess(workdir, devenv_endpoint(), max_pods=max(110, n))
+    try:
+        await anyio.to_thread.run_sync(agent.start)
+        await anyio.sleep(AGENT_SETTLE_SECONDS)
+        pid, cd_pid = agent.pid, CONTAINERD_PID[0]
+        mem_idle = proc_mem(pid)
+        cpu0, cd0 = proc_cpu(pid), proc_cpu(cd_pid)
+        before = parse_metrics(agent.metrics())
+        expected = {f"bench-{i:03d}-{agent.node}": 1 for i in range(n)}
+
+        t0_wall, t0 = time.time(), time.monotonic()
+        written = agent.write_manifests(n, grace)
+        seen = await poll_running(client, agent.node, expected, t0, start_timeout(n))
+        cpu1, cd1 = proc_cpu(pid), proc_cpu(cd_pid)
+        mem_running = proc_mem(pid)
+
+        after_start = parse_metrics(agent.metrics())
+        pods = agent.get_json("/pods") or []
+        uids = {row["name"]: row["uid"] for row in pods}
+
+        removed_wall, t1 = time.time(), time.monotonic()
+        agent.remove_manifests()
+        teardown = await poll_empty(client, t1, start_timeout(n))
+        cpu2, cd2 = proc_cpu(pid), proc_cpu(cd_pid)
+        mem_end = proc_mem(pid)
+        after_teardown = parse_metrics(agent.metrics())
+        traces = {name: agent.get_json(f"/trace/{uid}") or [] for name, uid in uids.items()}
+    finally:
+        agent.stop()
+
+    relist = "kubelet_pleg_relist_duration_seconds"
+    started_since_observed = [e["seconds_since_observed"] for chain in traces.values() for e in chain
+                              if e["kind"] == "PodStarted"]
+    return {
+        "node": agent.node,
+        "pid_log": str(agent.log_path),
+        "start_seconds": max(seen.values()),
+        "per_pod_seen": list(seen.values()),
+        "per_pod_observed_to_started": started_since_observed,
+        "teardown_seconds": teardown,
+        "rss_idle": mem_idle["VmRSS"],
+        "rss_running": mem_running["VmRSS"],
+        "rss_end": mem_end["VmRSS"],
+        "hwm": mem_end["VmHWM"],
+        "cpu_start": cpu1 - cpu0,
+        "cpu_teardown": cpu2 - cpu1,
+        "containerd_cpu_start": cd1 - cd0,
+        "containerd_cpu_teardown": cd2 - cd1,
+        "relist_start": delta_hist(histogram(after_start, relist), histogram(before, relist)),
+        "relist_teardown": delta_hist(histogram(after_teardown, relist), histogram(after_start, relist)),
+        "relist_all": histogram(after_teardown, relist),
+        "pod_start_hist": histogram(after_start, "kubelet_pod_start_duration_seconds"),
+        "stage_sums": {lbl: v for (metric, lbl), v in after_teardown.items()
+                       if metric == "nodeagent_stage_duration_seconds_sum"},
+        "breakdown": breakdown(traces, written, t0_wall, seen, removed_wall),
+    }
+
+
+# --------------------------------------------------------------------------- the run
+
+CONTAINERD_PID: list[int] = [0]
+_ENDPOINT: list[str] = [""]
+
+
+def devenv_endpoint() -> str:
+    return _ENDPOINT[0]
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def p50_95(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    return f"{fmt(pct(values, 50))} / {fmt(pct(values, 95))}"
+
+
+def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    c = meta["baseline_concurrency"]
+    lines = [
+        f"### {meta['date']} — commit {meta['commit']}",
+        "",
+        f"Machine: {meta['cores']} cores, load average before/after {meta['load_before']} / {meta['load_after']}; "
+        f"{meta['runtime']}; baseline in flight: {c}; grace {meta['grace']} s; "
+        f"whole run {meta['wall']:.0f} s.",
+        "",
+        "**Start** (first manifest written / first call issued → every pod's container RUNNING in ListContainers, "
+        "polled every 50 ms). Per-pod = when that pod was first seen running, from the start.",
+        "",
+        "| N | baseline s | nodeagent s | ratio | baseline pods/s | nodeagent pods/s "
+        "| baseline per-pod p50 / p95 s | nodeagent per-pod p50 / p95 s | nodeagent observed→PodStarted p50 / p95 s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        b, a, n = r["baseline"], r["agent"], r["n"]
+        lines.append(
+            f"| {n} | {fmt(b['start_seconds'])} | {fmt(a['start_seconds'])} | "
+            f"{fmt(a['start_seconds'] / b['start_seconds'])} | {fmt(n / b['start_seconds'], 1)} | "
+            f"{fmt(n / a['start_seconds'], 1)} | {p50_95(b['per_pod_seen'])} | {p50_95(a['per_pod_seen'])} | "
+            f"{p50_95(a['per_pod_observed_to_started'])} |"
+        )
+    lines += [
+        "",
+        "**Teardown** (manifests removed / teardown begun → no sandbox and no container left). Both wait out "
+        "the grace period once (sleep ignores SIGTERM).",
+        "",
+        "| N | baseline s | nodeagent s | ratio |",
+        "|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        b, a = r["baseline"], r["agent"]
+        lines.append(f"| {r['n']} | {fmt(b['teardown_seconds'])} | {fmt(a['teardown_seconds'])} | "
+                     f"{fmt(a['teardown_seconds'] / b['teardown_seconds'])} |")
+    lines += [
+        "",
+        "**nodeagent process** (a `python -m nodeagent run` subprocess per size; /proc/PID/status and /proc/PID/stat)"
+        " and containerd's CPU during the start phase.",
+        "",
+        "| N | RSS idle MiB | RSS N running MiB | VmHWM MiB | CPU s start | CPU ms/pod start | CPU s teardown "
+        "| containerd CPU s start: baseline / nodeagent | relists during start: count, mean ms, total s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        b, a, n = r["baseline"], r["agent"], r["n"]
+        rl = a["relist_start"]
+        lines.append(
+            f"| {n} | {fmt(a['rss_idle'] / MiB, 1)} | {fmt(a['rss_running'] / MiB, 1)} | {fmt(a['hwm'] / MiB, 1)} | "
+            f"{fmt(a['cpu_start'])} | {fmt(1000 * a['cpu_start'] / n, 1)} | {fmt(a['cpu_teardown'])} | "
+            f"{fmt(b['containerd_cpu_start'])} / {fmt(a['containerd_cpu_start'])} | "
+            f"{rl['count']}, {fmt(1000 * rl['mean'] if rl['mean'] is not None else None, 1)}, {fmt(rl['sum'])} |"
+        )
+    keys: list[str] = []
+    for r in results:
+        for k in r["agent"]["breakdown"]:
+            if k not in keys:
+                keys.append(k)
+    lines += [
+        "",
+        "**Where nodeagent's time goes** (per pod, from its trace; p50 / p95 seconds).",
+        "",
+        "| interval | " + " | ".join(f"N={r['n']}" for r in results) + " |",
+        "|---|" + "---:|" * len(results),
+    ]
+    for k in keys:
+        lines.append(f"| {k} | " + " | ".join(p50_95(r["agent"]["breakdown"].get(k, [])) for r in results) + " |")
+    return "\n".join(lines) + "\n"
+
+
+async def run(sizes: Sequence[int], concurrency: int, grace: int, keep: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    devenv.ensure_packages()
+    archives = devenv.build_images()
+    workdir = Path(tempfile.mkdtemp(prefix="na-bench-", dir="/tmp"))
+    env = devenv.Containerd(workdir / "cd")
+    results: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {"load_before": load_average(), "cores": os.cpu_count(), "baseline_concurrency": concurrency,
+                            "grace": grace}
+    began = time.monotonic()
+    try:
+        env.start()
+        env.import_images(archives)
+        CONTAINERD_PID[0] = env.pid() or 0
+        _ENDPOINT[0] = env.endpoint
+        print(f"containerd {env.endpoint} (log {env.log_path}); work dir {workdir}", file=sys.stderr)
+        async with RuntimeClient(env.endpoint) as client:
+            info = client.runtime_version
+            meta["runtime"] = f"{info.runtime_name} {info.runtime_version}" if info else "?"
+            image = await client.image_status(devenv.BUSYBOX_IMAGE)
+            if image is None:
+                raise RuntimeError(f"{devenv.BUSYBOX_IMAGE} is not in the runtime")
+            # Warm-up (untimed): the first sandbox pays for first-use costs in containerd and the CNI.
+            await run_baseline(client, workdir, 1, image.id, concurrency, grace)
+            for n in sizes:
+                print(f"N={n}: baseline ...", file=sys.stderr, flush=True)
+                base = await run_baseline(client, workdir, n, image.id, concurrency, grace)
+                print(f"N={n}: baseline start {base['start_seconds']:.2f}s teardown {base['teardown_seconds']:.2f}s; "
+                      f"nodeagent ...", file=sys.stderr, flush=True)
+                agent = await run_agent(client, workdir, n, grace)
+                print(f"N={n}: nodeagent start {agent['start_seconds']:.2f}s teardown {agent['teardown_seconds']:.2f}s",
+                      file=sys.stderr, flush=True)
+                results.append({"n": n, "baseline": base, "agent": agent})
+    finally:
+        env.stop()
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    meta["wall"] = time.monotonic() - began
+    meta["load_after"] = load_average()
+    return results, meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.pod_start", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
+                        help="comma-separated pod counts (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help=f"sizes {','.join(map(str, QUICK_SIZES))}")
+    parser.add_argument("--baseline-concurrency", type=int, default=BASELINE_CONCURRENCY,
+                        help="pods in flight in the raw-CRI baseline (default %(default)s)")
+    parser.add_argument("--grace", type=int, default=GRACE_SECONDS,
+                        help="terminationGracePeriodSeconds of the pods (default %(default)s)")
+    parser.add_argument("--append", type=Path, help="append the Markdown result block to this file")
+    parser.add_argument("--json", type=Path, help="write every measurement as JSON to this file")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (agent and containerd logs)")
+    args = parser.parse_args(argv)
+    sizes = QUICK_SIZES if args.quick else tuple(int(s) for s in args.sizes.split(",") if s.strip())
+    if not sizes or min(sizes) < 1:
+        parser.error("--sizes takes positive integers")
+    if os.geteuid() != 0:
+        parser.error("needs root (containerd, runc, CNI)")
+
+    results, meta = anyio.run(run, sizes, args.baseline_concurrency, args.grace, args.keep, backend="asyncio")
+    meta["date"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    meta["commit"] = git_description()
+    text = render(results, meta)
+    print(text)
+    if args.append:
+        with args.append.open("a") as f:
+            f.write("\n" + text)
+    if args.json:
+        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

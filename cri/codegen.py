@@ -55,7 +55,7 @@ Private to the cri package: nothing outside cri/ may import these modules.
 
 def generate(out_dir: Path) -> list[Path]:
     """Run protoc on the committed proto and write the fixed-up modules to out_dir."""
-    from grpc_tools import protoc  # test-only dependency: import lazily
+    from grpc_tools import protoc  # type: ignore[import-untyped]  # test extra: import lazily
 
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="cri-codegen-") as raw:

@@ -26,20 +26,19 @@ import enum
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 T = TypeVar("T")
 M = TypeVar("M", bound=Message)
 
 
-class _Dataclass(Protocol):
-    __dataclass_fields__: typing.ClassVar[dict[str, Any]]
-
-
-def to_proto(value: _Dataclass, message_type: type[M]) -> M:
+def to_proto(value: DataclassInstance, message_type: type[M]) -> M:
     """Build a message of message_type from a dataclass instance."""
     message = message_type()
     _fill(message, value)
@@ -69,7 +68,7 @@ class _Step:
 _PLANS: dict[tuple[type, str], tuple[_Step, ...]] = {}
 
 
-def _plan(cls: type, descriptor: Descriptor) -> tuple[_Step, ...]:
+def _plan(cls: type, descriptor: Any) -> tuple[_Step, ...]:  # Any: upb and python Descriptors
     key = (cls, descriptor.full_name)
     plan = _PLANS.get(key)
     if plan is None:
@@ -81,7 +80,7 @@ def _norm(name: str) -> str:
     return name.replace("_", "").lower()
 
 
-def _make_plan(cls: type, descriptor: Descriptor) -> tuple[_Step, ...]:
+def _make_plan(cls: type, descriptor: Any) -> tuple[_Step, ...]:
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     by_name = {_norm(f.name): f for f in descriptor.fields}

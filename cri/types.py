@@ -175,10 +175,11 @@ class Signal(ProtoEnum):
 
 # ----------------------------------------------------------------- shared pieces
 
-_dc = dataclass(frozen=True, slots=True, kw_only=True)
+# Every value is @dataclass(frozen=True, slots=True, kw_only=True): immutable,
+# compact, and built by keyword so that field order carries no meaning.
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VersionInfo:
     """VersionResponse."""
 
@@ -188,14 +189,14 @@ class VersionInfo:
     runtime_api_version: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DNSConfig:
     servers: list[str] = field(default_factory=list)
     searches: list[str] = field(default_factory=list)
     options: list[str] = field(default_factory=list)
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PortMapping:
     protocol: Protocol = Protocol.TCP
     container_port: int = 0
@@ -203,14 +204,14 @@ class PortMapping:
     host_ip: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class IDMapping:
     host_id: int = 0
     container_id: int = 0
     length: int = 0
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ImageSpec:
     image: str = ""
     annotations: dict[str, str] = field(default_factory=dict)
@@ -219,7 +220,7 @@ class ImageSpec:
     image_ref: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Mount:
     container_path: str = ""
     host_path: str = ""
@@ -233,14 +234,14 @@ class Mount:
     image_sub_path: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UserNamespace:
     mode: NamespaceMode = NamespaceMode.POD
     uids: list[IDMapping] = field(default_factory=list)
     gids: list[IDMapping] = field(default_factory=list)
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NamespaceOption:
     network: NamespaceMode = NamespaceMode.POD
     pid: NamespaceMode = NamespaceMode.POD
@@ -249,7 +250,7 @@ class NamespaceOption:
     userns_options: UserNamespace | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SELinuxOption:
     user: str = ""
     role: str = ""
@@ -257,26 +258,26 @@ class SELinuxOption:
     level: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SecurityProfile:
     profile_type: ProfileType = ProfileType.RuntimeDefault
     localhost_ref: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Capability:
     add_capabilities: list[str] = field(default_factory=list)
     drop_capabilities: list[str] = field(default_factory=list)
     add_ambient_capabilities: list[str] = field(default_factory=list)
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HugepageLimit:
     page_size: str = ""
     limit: int = 0
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LinuxContainerResources:
     """Zero / empty means "not set" for every field."""
 
@@ -295,7 +296,7 @@ class LinuxContainerResources:
 # ----------------------------------------------------------------- pod sandboxes
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LinuxSandboxSecurityContext:
     namespace_options: NamespaceOption | None = None
     selinux_options: SELinuxOption | None = None
@@ -310,7 +311,7 @@ class LinuxSandboxSecurityContext:
     seccomp_profile_path: str = ""  # deprecated upstream; use seccomp
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LinuxPodSandboxConfig:
     cgroup_parent: str = ""
     security_context: LinuxSandboxSecurityContext | None = None
@@ -319,7 +320,7 @@ class LinuxPodSandboxConfig:
     resources: LinuxContainerResources | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandboxMetadata:
     name: str = ""
     uid: str = ""
@@ -327,7 +328,7 @@ class PodSandboxMetadata:
     attempt: int = 0
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandboxConfig:
     metadata: PodSandboxMetadata | None = None
     hostname: str = ""  # must stay empty with a NODE network namespace
@@ -339,28 +340,28 @@ class PodSandboxConfig:
     linux: LinuxPodSandboxConfig | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodIP:
     ip: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandboxNetworkStatus:
     ip: str = ""
     additional_ips: list[PodIP] = field(default_factory=list)
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Namespace:
     options: NamespaceOption | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LinuxPodSandboxStatus:
     namespaces: Namespace | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandboxStatus:
     id: str = ""
     metadata: PodSandboxMetadata | None = None
@@ -373,7 +374,7 @@ class PodSandboxStatus:
     runtime_handler: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandbox:
     id: str = ""
     metadata: PodSandboxMetadata | None = None
@@ -384,7 +385,7 @@ class PodSandbox:
     runtime_handler: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandboxFilter:
     """All set fields must match; label_selector matches exact values."""
 
@@ -396,7 +397,7 @@ class PodSandboxFilter:
 # ----------------------------------------------------------------- containers
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LinuxContainerSecurityContext:
     capabilities: Capability | None = None
     privileged: bool = False
@@ -417,31 +418,31 @@ class LinuxContainerSecurityContext:
     seccomp_profile_path: str = ""  # deprecated upstream; use seccomp
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LinuxContainerConfig:
     resources: LinuxContainerResources | None = None
     security_context: LinuxContainerSecurityContext | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerMetadata:
     name: str = ""
     attempt: int = 0
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Device:
     container_path: str = ""
     host_path: str = ""
     permissions: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CDIDevice:
     name: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerConfig:
     metadata: ContainerMetadata | None = None
     image: ImageSpec | None = None
@@ -462,7 +463,7 @@ class ContainerConfig:
     stop_signal: Signal = Signal.RUNTIME_DEFAULT
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Container:
     id: str = ""
     pod_sandbox_id: str = ""
@@ -476,7 +477,7 @@ class Container:
     image_id: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerFilter:
     """All set fields must match; label_selector matches exact values."""
 
@@ -486,24 +487,24 @@ class ContainerFilter:
     label_selector: dict[str, str] = field(default_factory=dict)
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerResources:
     linux: LinuxContainerResources | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LinuxContainerUser:
     uid: int = 0
     gid: int = 0
     supplemental_groups: list[int] = field(default_factory=list)
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerUser:
     linux: LinuxContainerUser | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerStatus:
     id: str = ""
     metadata: ContainerMetadata | None = None
@@ -526,7 +527,7 @@ class ContainerStatus:
     stop_signal: Signal = Signal.RUNTIME_DEFAULT
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExecSyncResult:
     """ExecSyncResponse."""
 
@@ -535,7 +536,7 @@ class ExecSyncResult:
     exit_code: int = 0
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExecRequest:
     container_id: str = ""
     cmd: list[str] = field(default_factory=list)
@@ -546,7 +547,7 @@ class ExecRequest:
     audit_request_id: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AttachRequest:
     container_id: str = ""
     stdin: bool = False
@@ -556,7 +557,7 @@ class AttachRequest:
     audit_request_id: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerEvent:
     """ContainerEventResponse."""
 
@@ -570,7 +571,7 @@ class ContainerEvent:
 # ----------------------------------------------------------------- images
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Image:
     id: str = ""
     repo_tags: list[str] = field(default_factory=list)
@@ -582,12 +583,12 @@ class Image:
     pinned: bool = False
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ImageFilter:
     image: ImageSpec | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AuthConfig:
     username: str = ""
     password: str = field(default="", repr=False)
@@ -600,7 +601,7 @@ class AuthConfig:
 # ----------------------------------------------------------------- runtime status and config
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RuntimeCondition:
     type: str = ""  # RuntimeReady, NetworkReady, ...
     status: bool = False
@@ -608,7 +609,7 @@ class RuntimeCondition:
     message: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RuntimeStatus:
     conditions: list[RuntimeCondition] = field(default_factory=list)
 
@@ -617,7 +618,7 @@ class RuntimeStatus:
         return next((c for c in self.conditions if c.type == type), None)
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LinuxRuntimeConfiguration:
     cgroup_driver: CgroupDriver = CgroupDriver.SYSTEMD
 
@@ -625,12 +626,12 @@ class LinuxRuntimeConfiguration:
 # ----------------------------------------------------------------- stats
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FilesystemIdentifier:
     mountpoint: str = ""
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FilesystemUsage:
     timestamp: int = 0
     fs_id: FilesystemIdentifier | None = None
@@ -638,7 +639,7 @@ class FilesystemUsage:
     inodes_used: int | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PsiData:
     total: int = 0  # cumulative stall time, ns
     avg10: float = 0.0
@@ -646,13 +647,13 @@ class PsiData:
     avg300: float = 0.0
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PsiStats:
     full: PsiData | None = None
     some: PsiData | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CpuUsage:
     timestamp: int = 0
     usage_core_nano_seconds: int | None = None
@@ -660,7 +661,7 @@ class CpuUsage:
     psi: PsiStats | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryUsage:
     timestamp: int = 0
     working_set_bytes: int | None = None
@@ -672,20 +673,20 @@ class MemoryUsage:
     psi: PsiStats | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SwapUsage:
     timestamp: int = 0
     swap_available_bytes: int | None = None
     swap_usage_bytes: int | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class IoUsage:
     timestamp: int = 0
     psi: PsiStats | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerAttributes:
     id: str = ""
     metadata: ContainerMetadata | None = None
@@ -693,7 +694,7 @@ class ContainerAttributes:
     annotations: dict[str, str] = field(default_factory=dict)
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerStats:
     attributes: ContainerAttributes | None = None
     cpu: CpuUsage | None = None
@@ -703,14 +704,14 @@ class ContainerStats:
     io: IoUsage | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerStatsFilter:
     id: str = ""
     pod_sandbox_id: str = ""
     label_selector: dict[str, str] = field(default_factory=dict)
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NetworkInterfaceUsage:
     name: str = ""
     rx_bytes: int | None = None
@@ -719,20 +720,20 @@ class NetworkInterfaceUsage:
     tx_errors: int | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NetworkUsage:
     timestamp: int = 0
     default_interface: NetworkInterfaceUsage | None = None
     interfaces: list[NetworkInterfaceUsage] = field(default_factory=list)
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProcessUsage:
     timestamp: int = 0
     process_count: int | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandboxAttributes:
     id: str = ""
     metadata: PodSandboxMetadata | None = None
@@ -740,7 +741,7 @@ class PodSandboxAttributes:
     annotations: dict[str, str] = field(default_factory=dict)
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LinuxPodSandboxStats:
     cpu: CpuUsage | None = None
     memory: MemoryUsage | None = None
@@ -750,13 +751,13 @@ class LinuxPodSandboxStats:
     io: IoUsage | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandboxStats:
     attributes: PodSandboxAttributes | None = None
     linux: LinuxPodSandboxStats | None = None
 
 
-@_dc
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandboxStatsFilter:
     id: str = ""
     label_selector: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,228 @@
+"""Build the Kubernetes control plane binaries from the Go module proxy.
+
+The Go module in conformance/k8s requires k8s.io/kubernetes at one pinned
+version (and replaces every staging module with its published v0.x twin); this
+module runs `go build` inside it and puts the binaries in a cache outside the
+repository, keyed by version:
+
+    ~/.cache/nodeagent/k8s/<version>/bin/{etcd,kube-apiserver,...}
+
+Idempotent: a binary is rebuilt only when it is missing or when its stamp
+(a hash of go.mod, go.sum, our Go sources, the Go version and the flags)
+differs. Stdlib only, so it can run before anything is pip-installed:
+`python3 -m controlplane build` or `python3 controlplane/build.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+GO_MODULE = REPO / "conformance" / "k8s"
+
+# The one pinned version; conformance/k8s/go.mod must agree (checked below).
+K8S_VERSION = "v1.37.2"
+
+# name -> Go package, in build order. kube-apiserver first: it compiles most
+# of the shared dependency graph, so the others mostly reuse Go's build cache.
+COMPONENTS: dict[str, str] = {
+    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    "etcd": "./cmd/etcd",
+}
+
+# Go's own compiler/linker peak for these packages is about 2-3 GiB per job
+# (the kube-apiserver link is the largest); one job per core otherwise.
+_GIB_PER_JOB = 3
+
+
+def _log(msg: str) -> None:
+    print(f"controlplane build: {msg}", file=sys.stderr, flush=True)
+
+
+def cache_root() -> Path:
+    """Where built binaries live: $NODEAGENT_K8S_CACHE, else XDG cache/nodeagent/k8s."""
+    env = os.environ.get("NODEAGENT_K8S_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "nodeagent" / "k8s"
+
+
+def bin_dir(version: str = K8S_VERSION) -> Path:
+    return cache_root() / version / "bin"
+
+
+def binary(name: str, version: str = K8S_VERSION) -> Path:
+    return bin_dir(version) / name
+
+
+def go_env() -> dict[str, str]:
+    """The environment every `go` call here uses.
+
+    GOTOOLCHAIN: the machines have Go 1.26 and k8s v1.37 needs go >= 1.26.0,
+    so the local toolchain is enough; a caller may still export
+    GOTOOLCHAIN=go1.27.3 (the proxy serves it) and it is passed through.
+    """
+    env = dict(os.environ)
+    env.setdefault("CGO_ENABLED", "0")  # static binaries, as upstream releases them
+    env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -buildvcs=false -mod=readonly").strip()
+    return env
+
+
+def _go_version(env: dict[str, str]) -> str:
+    out = subprocess.run(["go", "env", "GOVERSION"], cwd=GO_MODULE, env=env,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def _check_pin() -> None:
+    text = (GO_MODULE / "go.mod").read_text()
+    m = re.search(r"^require k8s\.io/kubernetes (v\S+)", text, re.M) or \
+        re.search(r"^\s+k8s\.io/kubernetes (v\S+)", text, re.M)
+    if not m or m.group(1) != K8S_VERSION:
+        raise SystemExit(f"conformance/k8s/go.mod does not pin k8s.io/kubernetes {K8S_VERSION}")
+
+
+def ldflags(version: str = K8S_VERSION) -> str:
+    """-s -w to keep binaries small; -X version vars like hack/lib/version.sh sets.
+
+    Without them the binaries report v0.0.0-master, which kubectl's skew
+    check and `kubectl version` show; the build date is fixed to the
+    version's so that the flags (and the stamp) stay stable.
+    """
+    major, minor = version.lstrip("v").split(".")[:2]
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/client-go/pkg/version", "k8s.io/component-base/version"):
+        for key, val in (("gitVersion", version), ("gitMajor", major), ("gitMinor", minor),
+                         ("gitTreeState", "clean"), ("buildDate", "1970-01-01T00:00:00Z")):
+            flags.append(f"-X {pkg}.{key}={val}")
+    return " ".join(flags)
+
+
+def _stamp(name: str, go_version: str, version: str) -> str:
+    h = hashlib.sha256()
+    for rel in ("go.mod", "go.sum"):
+        h.update((GO_MODULE / rel).read_bytes())
+    for path in sorted((GO_MODULE / "cmd").rglob("*.go")):
+        h.update(str(path.relative_to(GO_MODULE)).encode())
+        h.update(path.read_bytes())
+    h.update(f"{name}\0{COMPONENTS[name]}\0{go_version}\0{ldflags(version)}\0trimpath".encode())
+    return h.hexdigest()
+
+
+def _stamp_path(name: str, version: str) -> Path:
+    return bin_dir(version) / f".{name}.stamp"
+
+
+def is_built(name: str, version: str = K8S_VERSION) -> bool:
+    """True if the binary exists (the stamp is checked by build(), not here)."""
+    return os.access(binary(name, version), os.X_OK)
+
+
+def jobs() -> int:
+    """How many packages `go build` compiles at once: cores, bounded by memory."""
+    try:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem_gib = 8
+    return max(1, min(os.cpu_count() or 1, int(mem_gib // _GIB_PER_JOB)))
+
+
+@dataclass
+class Result:
+    name: str
+    path: Path
+    built: bool  # False: already up to date
+    seconds: float
+
+
+def build(names: list[str] | None = None, *, version: str = K8S_VERSION,
+          force: bool = False) -> list[Result]:
+    """Build the named components (default: all) into bin_dir(version).
+
+    Sequential per binary, each `go build -p jobs()`: Go already compiles
+    packages in parallel inside one build, and two concurrent builds of
+    overlapping graphs would compile the shared packages twice.
+    """
+    if version != K8S_VERSION:
+        raise SystemExit(f"only {K8S_VERSION} is pinned in conformance/k8s/go.mod")
+    names = list(names or COMPONENTS)
+    unknown = [n for n in names if n not in COMPONENTS]
+    if unknown:
+        raise SystemExit(f"unknown component(s): {', '.join(unknown)}; "
+                         f"known: {', '.join(COMPONENTS)}")
+    if shutil.which("go") is None:
+        raise SystemExit("go is not on PATH (see ../shared/ENVIRONMENT.md)")
+    _check_pin()
+    env = go_env()
+    go_version = _go_version(env)
+    out_dir = bin_dir(version)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    p = jobs()
+    results: list[Result] = []
+    total0 = time.monotonic()
+    for name in names:
+        dest = binary(name, version)
+        stamp = _stamp(name, go_version, version)
+        sp = _stamp_path(name, version)
+        if not force and is_built(name, version) and sp.exists() and sp.read_text() == stamp:
+            _log(f"{name}: up to date ({dest})")
+            results.append(Result(name, dest, False, 0.0))
+            continue
+        tmp = dest.with_name(f".{name}.tmp.{os.getpid()}")
+        cmd = ["go", "build", f"-p={p}", "-trimpath", f"-ldflags={ldflags(version)}",
+               "-o", str(tmp), COMPONENTS[name]]
+        _log(f"{name}: building ({go_version}, -p={p}) ...")
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, cwd=GO_MODULE, env=env)
+        dt = time.monotonic() - t0
+        if proc.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise SystemExit(f"{name}: go build failed (exit {proc.returncode}) "
+                             f"after {dt:.0f}s: {' '.join(cmd)}")
+        os.replace(tmp, dest)
+        sp.write_text(stamp)
+        size = dest.stat().st_size / 2**20
+        _log(f"{name}: built in {dt:.1f}s ({size:.0f} MiB)")
+        results.append(Result(name, dest, True, dt))
+    _log(f"done in {time.monotonic() - total0:.1f}s -> {out_dir}")
+    return results
+
+
+def ensure_built(names: list[str] | None = None, version: str = K8S_VERSION) -> Path:
+    """Build what is missing or stale; return the bin directory."""
+    build(names, version=version)
+    return bin_dir(version)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m controlplane build",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("components", nargs="*", help=f"default: all of {', '.join(COMPONENTS)}")
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("--print-dir", action="store_true",
+                        help="only print the bin directory and exit")
+    args = parser.parse_args(argv)
+    if args.print_dir:
+        print(bin_dir())
+        return 0
+    build(args.components or None, force=args.force)
+    print(bin_dir())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -21,6 +21,13 @@ status:
 install:
 	$(PYTHON) -m pip install -e '.[test]'
 
-# Placeholder until the demo exists: brings the environment up.
+# README's main command: a private containerd plus nodeagent running examples/pods.
 demo:
-	$(PYTHON) -m devenv up
+	$(PYTHON) -m pip install -q -e '.[test]'
+	$(PYTHON) examples/demo.py $(if $(DEMO_SECONDS),--seconds $(DEMO_SECONDS),)
+
+# Regenerate cri/_generated from cri/proto/runtime/v1/api.proto (needs the test extra:
+# grpcio-tools); tests/test_cri_codegen.py fails while the committed code is stale.
+.PHONY: proto
+proto:
+	$(PYTHON) -m cri.codegen

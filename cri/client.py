@@ -23,9 +23,9 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, Self, TypeVar, overload
 
 import anyio
 import anyio.lowlevel
@@ -131,7 +131,7 @@ class RuntimeClient:
         if channel is not None:
             await channel.close()
 
-    async def __aenter__(self) -> RuntimeClient:
+    async def __aenter__(self) -> Self:
         await self.connect()
         return self
 
@@ -432,9 +432,10 @@ class RuntimeClient:
 
     # ------------------------------------------------------------ events
 
-    async def container_events(self) -> AsyncIterator[t.ContainerEvent]:
+    async def container_events(self) -> AsyncGenerator[t.ContainerEvent, None]:
         """Container lifecycle events as the runtime reports them, until the stream
-        ends or the caller stops iterating. No deadline; no retry (the caller relists
+        ends or the caller stops iterating (aclose() it, or use contextlib.aclosing,
+        to end the RPC promptly). No deadline; no retry (the caller relists
         after a broken stream, as the kubelet's Evented PLEG does). containerd 1.6
         raises Unimplemented on the first iteration."""
         stub = self._stub("GetContainerEvents", api.ContainerEventResponse, stream=True)

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import anyio
 import pytest
@@ -126,7 +127,7 @@ class _Registry(http.server.BaseHTTPRequestHandler):
     """Just enough of the OCI distribution API for a pull: manifests by any tag
     or digest, blobs by digest, all from one OCI archive."""
 
-    blobs: dict[str, tuple[str, bytes]] = {}  # digest -> (media type, bytes)
+    blobs: ClassVar[dict[str, tuple[str, bytes]]] = {}  # digest -> (media type, bytes)
     manifest_digest = ""
 
     def do_HEAD(self) -> None:
@@ -300,6 +301,7 @@ async def test_sandbox_with_pod_network(client: RuntimeClient, pods: Pods, conta
 
 async def test_sandbox_with_host_network(client: RuntimeClient, pods: Pods) -> None:
     sandbox_id, config = await pods.sandbox(host_network=True)
+    assert config.hostname == ""
     status = await client.pod_sandbox_status(sandbox_id)
     assert status.state == t.PodSandboxState.SANDBOX_READY
     assert status.network is None or status.network.ip == ""

@@ -44,7 +44,7 @@ class FakeRuntime(api_grpc.RuntimeServiceServicer):
     def names(self) -> list[str]:
         return [name for name, _, _ in self.calls]
 
-    async def _enter(self, name: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+    async def _enter(self, name: str, request: Any, context: Any) -> None:
         self.calls.append((name, request, context.time_remaining()))
         pending = self.failures.get(name)
         if pending:
@@ -115,8 +115,8 @@ class FakeImages(api_grpc.ImageServiceServicer):
 async def serve(socket: Path, runtime: FakeRuntime | None) -> grpc.aio.Server:
     server = grpc.aio.server()
     if runtime is not None:
-        api_grpc.add_RuntimeServiceServicer_to_server(runtime, server)
-        api_grpc.add_ImageServiceServicer_to_server(FakeImages(runtime), server)
+        api_grpc.add_RuntimeServiceServicer_to_server(runtime, server)  # type: ignore[no-untyped-call]
+        api_grpc.add_ImageServiceServicer_to_server(FakeImages(runtime), server)  # type: ignore[no-untyped-call]
     server.add_insecure_port(f"unix://{socket}")
     await server.start()
     return server
@@ -240,7 +240,7 @@ async def test_deadlines_follow_the_kubelet(fake: tuple[FakeRuntime, str]) -> No
         await client.exec_sync("c", ["true"], timeout=5)
         await client.exec_sync("c", ["true"])
         await client.pull_image("busybox")
-    remaining = {name: left for name, _, left in runtime.calls[:3]}
+    remaining = {name: left or 0.0 for name, _, left in runtime.calls[:3]}
     assert 9 < remaining["ListContainers"] < 10.5  # grpc rounds the timeout up
     assert 39 < remaining["StopContainer"] < 40.5
     assert 14 < remaining["ExecSync"] < 15.5
@@ -337,7 +337,7 @@ async def test_closing_the_client_fails_calls_in_flight(fake: tuple[FakeRuntime,
     client = RuntimeClient(socket, timeout=30)
     await client.connect()
     runtime.delay = 10
-    failures: list[BaseException] = []
+    failures: list[CriError] = []
 
     async def call() -> None:
         try:

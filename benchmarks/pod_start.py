@@ -10,10 +10,11 @@ What happens, for each size N (one busybox container per pod, ``sleep 3600``):
    pod (RunPodSandbox, CreateContainer, StartContainer), with the configs nodeagent would send
    (manifests parsed by ``nodeagent.sources.static.parse_manifest``, configs built by
    ``plugins.runtime.sandbox.sandbox_config`` and ``plugins.runtime.container.container_config``),
-   at most ``--baseline-concurrency`` pods (default 16) in flight. Teardown mirrors the agent's:
-   StopContainer with the pod's grace period (``sleep`` as PID 1 ignores SIGTERM, so this waits
-   the grace out, for every pod at once, as the agent's workers do), then StopPodSandbox,
-   RemoveContainer, RemovePodSandbox under the same in-flight limit.
+   at most ``--baseline-concurrency`` pods (default 16) in flight; nodeagent itself has no limit
+   (one worker per pod, all at once). Teardown mirrors the agent's calls: StopContainer with the
+   pod's grace period (issued for every pod at once, as the agent's workers do, since waiting out a
+   grace period is not runtime work; busybox ``sleep`` here exits on SIGTERM right away), then
+   StopPodSandbox, RemoveContainer, RemovePodSandbox under the in-flight limit.
 2. **nodeagent**: a fresh ``python -m nodeagent run`` subprocess (its own node name, root and log
    dirs, a static pod dir, its local endpoint on a free loopback port); N manifests are written
    into the static pod dir, then removed.
@@ -108,6 +109,21 @@ def proc_mem(pid: int) -> dict[str, int]:
     return out
 
 
+def machine_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    total = sum(values[:8])  # without guest time, which is already in user
+    return total - idle, total
+
+
+def busy_cores(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """Average cores busy on the whole machine between two machine_cpu() readings."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total * (os.cpu_count() or 1) if total else 0.0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -136,7 +152,7 @@ def manifest(index: int, grace: int) -> dict[str, Any]:
 
 def git_description() -> str:
     def run(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        done = subprocess.run(["git", *args], check=False, cwd=REPO, capture_output=True, text=True)
         return done.stdout.strip() if done.returncode == 0 else ""
 
     commit = run("rev-parse", "--short", "HEAD") or "unknown"
@@ -280,14 +296,14 @@ async def run_baseline(client: RuntimeClient, workdir: Path, n: int, image_ref: 
     pods = baseline.pods(n)
     expected = {p.pod.metadata.name: len(p.pod.spec.containers) for p in pods}
     cd_pid = CONTAINERD_PID[0]
-    cd0 = proc_cpu(cd_pid)
+    cd0, m0 = proc_cpu(cd_pid), machine_cpu()
     t0 = time.monotonic()
     seen: dict[str, float] = {}
     async with anyio.create_task_group() as tg:
         tg.start_soon(baseline.start, pods, t0)
         seen = await poll_running(client, node, expected, t0, start_timeout(n))
     all_calls_done = max(p.ended for p in pods)
-    cd1 = proc_cpu(cd_pid)
+    cd1, m1 = proc_cpu(cd_pid), machine_cpu()
     t1 = time.monotonic()
     await baseline.teardown(pods)
     teardown = await poll_empty(client, t1, start_timeout(n))
@@ -302,6 +318,7 @@ async def run_baseline(client: RuntimeClient, workdir: Path, n: int, image_ref: 
         "teardown_seconds": teardown,
         "containerd_cpu_start": cd1 - cd0,
         "containerd_cpu_teardown": cd2 - cd1,
+        "machine_busy_start": busy_cores(m0, m1),
     }
 
 
@@ -311,15 +328,17 @@ async def run_baseline(client: RuntimeClient, workdir: Path, n: int, image_ref: 
 class AgentProcess:
     """``python -m nodeagent run`` in its own process, with its own dirs under workdir."""
 
-    def __init__(self, workdir: Path, endpoint: str, max_pods: int) -> None:
+    def __init__(self, workdir: Path, endpoint: str, max_pods: int, profile: Path | None = None) -> None:
         self.node = f"bench{uuid.uuid4().hex[:6]}"
         self.dir = workdir / self.node
         self.manifests = self.dir / "manifests"
         self.manifests.mkdir(parents=True)
         self.port = free_port()
         self.log_path = self.dir / "agent.log"
+        # With a profile, the agent runs under cProfile (stopped with SIGINT, it writes the file).
+        python = [sys.executable, "-m", "cProfile", "-o", str(profile)] if profile else [sys.executable]
         self.argv = [
-            sys.executable, "-m", "nodeagent", "run",
+            *python, "-m", "nodeagent", "run",
             "--static-pod-path", str(self.manifests),
             "--container-runtime-endpoint", endpoint,
             "--node-name", self.node,
@@ -365,7 +384,7 @@ class AgentProcess:
             return
         self.proc.send_signal(signal.SIGINT)  # KeyboardInterrupt: a clean exit
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -412,25 +431,28 @@ def parse_metrics(text: str) -> dict[tuple[str, str], float]:
 
 
 def histogram(samples: dict[tuple[str, str], float], name: str, labels: str = "") -> dict[str, Any]:
-    """count, sum, mean and the upper bound of the bucket holding the max (None when empty)."""
-    count = samples.get((f"{name}_count", labels), 0.0)
-    total = samples.get((f"{name}_sum", labels), 0.0)
+    """A histogram's count, sum and cumulative buckets (upper bound -> count)."""
     sep = "," if labels else ""
-    buckets = sorted(
-        (float(lbl.rsplit('le="', 1)[1].rstrip('"')), v)
+    buckets = {
+        float(lbl.rsplit('le="', 1)[1].rstrip('"')): v
         for (metric, lbl), v in samples.items()
         if metric == f"{name}_bucket" and lbl.startswith(labels + sep + 'le="') and "+Inf" not in lbl
-    )
+    }
+    return {"count": samples.get((f"{name}_count", labels), 0.0), "sum": samples.get((f"{name}_sum", labels), 0.0),
+            "buckets": buckets}
+
+
+def hist_summary(after: dict[str, Any], before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """count, sum, mean, and the upper bounds of the buckets holding p99 and the max, of what was
+    observed between ``before`` and ``after``."""
+    zero: dict[str, Any] = {"count": 0.0, "sum": 0.0, "buckets": {}}
+    before = before or zero
+    count = int(after["count"] - before["count"])
+    total = after["sum"] - before["sum"]
+    buckets = sorted((le, v - before["buckets"].get(le, 0.0)) for le, v in after["buckets"].items())
     p99 = next((le for le, v in buckets if count and v >= 0.99 * count), None)
     top = next((le for le, v in buckets if count and v >= count), None)
-    return {"count": int(count), "sum": total, "mean": total / count if count else None, "p99_le": p99,
-            "max_le": top}
-
-
-def delta_hist(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-    count = after["count"] - before["count"]
-    total = after["sum"] - before["sum"]
-    return {"count": count, "sum": total, "mean": total / count if count else None}
+    return {"count": count, "sum": total, "mean": total / count if count else None, "p99_le": p99, "max_le": top}
 
 
 def breakdown(traces: dict[str, list[dict[str, Any]]], written: dict[str, float], t0_wall: float,
@@ -450,7 +472,7 @@ def breakdown(traces: dict[str, list[dict[str, Any]]], written: dict[str, float]
             if e["kind"] == "StageCompleted":
                 stages[e["phase"]] = stages.get(e["phase"], 0.0) + e["duration_seconds"]
 
-        def at(kind: str) -> float | None:
+        def at(kind: str, first: dict[str, dict[str, Any]] = first) -> float | None:
             return first[kind]["at"] if kind in first else None
 
         observed, admitted, started = at("PodSpecObserved"), at("PodAdmitted"), at("PodStarted")
@@ -477,21 +499,22 @@ def breakdown(traces: dict[str, list[dict[str, Any]]], written: dict[str, float]
     return parts
 
 
-async def run_agent(client: RuntimeClient, workdir: Path, n: int, grace: int) -> dict[str, Any]:
-    agent = AgentProcess(workdir, devenv_endpoint(), max_pods=max(110, n))
+async def run_agent(client: RuntimeClient, workdir: Path, n: int, grace: int,
+                    profile: Path | None = None) -> dict[str, Any]:
+    agent = AgentProcess(workdir, devenv_endpoint(), max_pods=max(110, n), profile=profile)
     try:
         await anyio.to_thread.run_sync(agent.start)
         await anyio.sleep(AGENT_SETTLE_SECONDS)
         pid, cd_pid = agent.pid, CONTAINERD_PID[0]
         mem_idle = proc_mem(pid)
-        cpu0, cd0 = proc_cpu(pid), proc_cpu(cd_pid)
+        cpu0, cd0, m0 = proc_cpu(pid), proc_cpu(cd_pid), machine_cpu()
         before = parse_metrics(agent.metrics())
         expected = {f"bench-{i:03d}-{agent.node}": 1 for i in range(n)}
 
         t0_wall, t0 = time.time(), time.monotonic()
         written = agent.write_manifests(n, grace)
         seen = await poll_running(client, agent.node, expected, t0, start_timeout(n))
-        cpu1, cd1 = proc_cpu(pid), proc_cpu(cd_pid)
+        cpu1, cd1, m1 = proc_cpu(pid), proc_cpu(cd_pid), machine_cpu()
         mem_running = proc_mem(pid)
 
         after_start = parse_metrics(agent.metrics())
@@ -526,10 +549,10 @@ async def run_agent(client: RuntimeClient, workdir: Path, n: int, grace: int) ->
         "cpu_teardown": cpu2 - cpu1,
         "containerd_cpu_start": cd1 - cd0,
         "containerd_cpu_teardown": cd2 - cd1,
-        "relist_start": delta_hist(histogram(after_start, relist), histogram(before, relist)),
-        "relist_teardown": delta_hist(histogram(after_teardown, relist), histogram(after_start, relist)),
-        "relist_all": histogram(after_teardown, relist),
-        "pod_start_hist": histogram(after_start, "kubelet_pod_start_duration_seconds"),
+        "machine_busy_start": busy_cores(m0, m1),
+        "relist_start": hist_summary(histogram(after_start, relist), histogram(before, relist)),
+        "relist_teardown": hist_summary(histogram(after_teardown, relist), histogram(after_start, relist)),
+        "pod_start_hist": hist_summary(histogram(after_start, "kubelet_pod_start_duration_seconds")),
         "stage_sums": {lbl: v for (metric, lbl), v in after_teardown.items()
                        if metric == "nodeagent_stage_duration_seconds_sum"},
         "breakdown": breakdown(traces, written, t0_wall, seen, removed_wall),
@@ -543,6 +566,7 @@ _ENDPOINT: list[str] = [""]
 
 
 def devenv_endpoint() -> str:
+    """The endpoint of the run's private containerd."""
     return _ENDPOINT[0]
 
 
@@ -556,21 +580,40 @@ def p50_95(values: Sequence[float]) -> str:
     return f"{fmt(pct(values, 50))} / {fmt(pct(values, 95))}"
 
 
+def merge(reps: Sequence[Any]) -> Any:
+    """Repetitions of one size into one record: the median of each number, lists pooled."""
+    first = reps[0]
+    if isinstance(first, dict):
+        return {k: merge([r[k] for r in reps if k in r]) for k in first}
+    if isinstance(first, list):
+        return [v for r in reps for v in r]
+    if isinstance(first, (int, float)) and not isinstance(first, bool):
+        values = sorted(r for r in reps if r is not None)
+        return values[(len(values) - 1) // 2] if values else None
+    return first
+
+
 def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     c = meta["baseline_concurrency"]
+    reps = meta["repeat"]
     lines = [
         f"### {meta['date']} — commit {meta['commit']}",
         "",
-        f"Machine: {meta['cores']} cores, load average before/after {meta['load_before']} / {meta['load_after']}; "
-        f"{meta['runtime']}; baseline in flight: {c}; grace {meta['grace']} s; "
-        f"whole run {meta['wall']:.0f} s.",
+        f"`{meta['command']}`: {meta['cores']} cores; load average before/after {meta['load_before']} / "
+        f"{meta['load_after']}; {meta['runtime']}; baseline in flight: {c}; grace {meta['grace']} s; "
+        + (f"{reps} repetitions per size (medians; per-pod figures pooled); " if reps > 1 else "")
+        + ("**agent profiled with cProfile (slower)**; " if meta.get("profiled") else "")
+        + f"whole run {meta['wall']:.0f} s.",
         "",
-        "**Start** (first manifest written / first call issued → every pod's container RUNNING in ListContainers, "
-        "polled every 50 ms). Per-pod = when that pod was first seen running, from the start.",
+        ("**Start** (first manifest written / first call issued → every pod's container RUNNING in ListContainers, "
+        "polled every 50 ms). Per-pod = when that pod was first seen running, from the start. "
+        "Machine busy = average cores busy on the whole machine during the start phase (2.0 = saturated; "
+        "well above the runtime's and agent's own use means other load)."),
         "",
-        "| N | baseline s | nodeagent s | ratio | baseline pods/s | nodeagent pods/s "
-        "| baseline per-pod p50 / p95 s | nodeagent per-pod p50 / p95 s | nodeagent observed→PodStarted p50 / p95 s |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ("| N | baseline s | nodeagent s | ratio | baseline pods/s | nodeagent pods/s "
+        "| baseline per-pod p50 / p95 s | nodeagent per-pod p50 / p95 s | nodeagent observed→PodStarted p50 / p95 s "
+        "| machine busy: baseline / nodeagent |"),
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         b, a, n = r["baseline"], r["agent"], r["n"]
@@ -578,12 +621,32 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"| {n} | {fmt(b['start_seconds'])} | {fmt(a['start_seconds'])} | "
             f"{fmt(a['start_seconds'] / b['start_seconds'])} | {fmt(n / b['start_seconds'], 1)} | "
             f"{fmt(n / a['start_seconds'], 1)} | {p50_95(b['per_pod_seen'])} | {p50_95(a['per_pod_seen'])} | "
-            f"{p50_95(a['per_pod_observed_to_started'])} |"
+            f"{p50_95(a['per_pod_observed_to_started'])} | "
+            f"{fmt(b['machine_busy_start'], 1)} / {fmt(a['machine_busy_start'], 1)} |"
         )
+    unbounded = [r for r in results if "baseline_all" in r]
+    if unbounded:
+        lines += [
+            "",
+            (f"**Baseline with all N pods in flight** (nodeagent has no in-flight limit: one worker per pod, all at "
+            f"once), next to the baseline with {c} in flight."),
+            "",
+            (f"| N | baseline ({c}) s | baseline (N) s | nodeagent s | nodeagent / baseline (N) "
+            f"| baseline ({c}) per-pod p50 / p95 s | baseline (N) per-pod p50 / p95 s | nodeagent per-pod p50 / p95 s "
+            f"| teardown: baseline ({c}) / baseline (N) / nodeagent s |"),
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in unbounded:
+            b, u, a = r["baseline"], r["baseline_all"], r["agent"]
+            lines.append(
+                f"| {r['n']} | {fmt(b['start_seconds'])} | {fmt(u['start_seconds'])} | {fmt(a['start_seconds'])} | "
+                f"{fmt(a['start_seconds'] / u['start_seconds'])} | {p50_95(b['per_pod_seen'])} | "
+                f"{p50_95(u['per_pod_seen'])} | {p50_95(a['per_pod_seen'])} | {fmt(b['teardown_seconds'])} / "
+                f"{fmt(u['teardown_seconds'])} / {fmt(a['teardown_seconds'])} |"
+            )
     lines += [
         "",
-        "**Teardown** (manifests removed / teardown begun → no sandbox and no container left). Both wait out "
-        "the grace period once (sleep ignores SIGTERM).",
+        "**Teardown** (manifests removed / teardown begun → no sandbox and no container left).",
         "",
         "| N | baseline s | nodeagent s | ratio |",
         "|---:|---:|---:|---:|",
@@ -592,23 +655,28 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         b, a = r["baseline"], r["agent"]
         lines.append(f"| {r['n']} | {fmt(b['teardown_seconds'])} | {fmt(a['teardown_seconds'])} | "
                      f"{fmt(a['teardown_seconds'] / b['teardown_seconds'])} |")
+
+    def relists(h: dict[str, Any]) -> str:
+        mean = 1000 * h["mean"] if h["mean"] is not None else None
+        return f"{h['count']}, {fmt(mean, 0)}, ≤{h['max_le'] if h['max_le'] is not None else '+Inf'}, {fmt(h['sum'], 1)}" if h["count"] else "0"
+
     lines += [
         "",
-        "**nodeagent process** (a `python -m nodeagent run` subprocess per size; /proc/PID/status and /proc/PID/stat)"
-        " and containerd's CPU during the start phase.",
+        ("**nodeagent process** (a `python -m nodeagent run` subprocess per size and repetition, read from "
+        "/proc/PID/status and /proc/PID/stat), containerd's CPU during the start phase, and the agent's relists "
+        "(kubelet_pleg_relist_duration_seconds: count, mean ms, max bucket s, total s)."),
         "",
-        "| N | RSS idle MiB | RSS N running MiB | VmHWM MiB | CPU s start | CPU ms/pod start | CPU s teardown "
-        "| containerd CPU s start: baseline / nodeagent | relists during start: count, mean ms, total s |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ("| N | RSS idle MiB | RSS N running MiB | VmHWM MiB | CPU s start | CPU ms/pod start | CPU s teardown "
+        "| containerd CPU s start: baseline / nodeagent | relists during start | relists during teardown |"),
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         b, a, n = r["baseline"], r["agent"], r["n"]
-        rl = a["relist_start"]
         lines.append(
             f"| {n} | {fmt(a['rss_idle'] / MiB, 1)} | {fmt(a['rss_running'] / MiB, 1)} | {fmt(a['hwm'] / MiB, 1)} | "
             f"{fmt(a['cpu_start'])} | {fmt(1000 * a['cpu_start'] / n, 1)} | {fmt(a['cpu_teardown'])} | "
             f"{fmt(b['containerd_cpu_start'])} / {fmt(a['containerd_cpu_start'])} | "
-            f"{rl['count']}, {fmt(1000 * rl['mean'] if rl['mean'] is not None else None, 1)}, {fmt(rl['sum'])} |"
+            f"{relists(a['relist_start'])} | {relists(a['relist_teardown'])} |"
         )
     keys: list[str] = []
     for r in results:
@@ -627,14 +695,15 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def run(sizes: Sequence[int], concurrency: int, grace: int, keep: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+async def run(sizes: Sequence[int], concurrency: int, grace: int, repeat: int, keep: bool,
+              profile: Path | None, unbounded: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     devenv.ensure_packages()
     archives = devenv.build_images()
     workdir = Path(tempfile.mkdtemp(prefix="na-bench-", dir="/tmp"))
     env = devenv.Containerd(workdir / "cd")
     results: list[dict[str, Any]] = []
     meta: dict[str, Any] = {"load_before": load_average(), "cores": os.cpu_count(), "baseline_concurrency": concurrency,
-                            "grace": grace}
+                            "grace": grace, "repeat": repeat, "profiled": profile is not None}
     began = time.monotonic()
     try:
         env.start()
@@ -651,14 +720,24 @@ async def run(sizes: Sequence[int], concurrency: int, grace: int, keep: bool) ->
             # Warm-up (untimed): the first sandbox pays for first-use costs in containerd and the CNI.
             await run_baseline(client, workdir, 1, image.id, concurrency, grace)
             for n in sizes:
-                print(f"N={n}: baseline ...", file=sys.stderr, flush=True)
-                base = await run_baseline(client, workdir, n, image.id, concurrency, grace)
-                print(f"N={n}: baseline start {base['start_seconds']:.2f}s teardown {base['teardown_seconds']:.2f}s; "
-                      f"nodeagent ...", file=sys.stderr, flush=True)
-                agent = await run_agent(client, workdir, n, grace)
-                print(f"N={n}: nodeagent start {agent['start_seconds']:.2f}s teardown {agent['teardown_seconds']:.2f}s",
-                      file=sys.stderr, flush=True)
-                results.append({"n": n, "baseline": base, "agent": agent})
+                reps = []
+                for k in range(repeat):
+                    tag = f"N={n}" + (f" #{k + 1}" if repeat > 1 else "")
+                    prof = profile.with_name(f"{profile.stem}-{n}-{k + 1}{profile.suffix}") if profile else None
+                    rec: dict[str, Any] = {"n": n}
+                    # Alternate who goes first, so that drifting background load hits both alike.
+                    order = ["baseline", "agent"] + (["baseline_all"] if unbounded and n > concurrency else [])
+                    for who in (order if k % 2 == 0 else order[::-1]):
+                        if who == "baseline":
+                            rec[who] = await run_baseline(client, workdir, n, image.id, concurrency, grace)
+                        elif who == "baseline_all":
+                            rec[who] = await run_baseline(client, workdir, n, image.id, n, grace)
+                        else:
+                            rec[who] = await run_agent(client, workdir, n, grace, prof)
+                        print(f"{tag}: {who} start {rec[who]['start_seconds']:.2f}s "
+                              f"teardown {rec[who]['teardown_seconds']:.2f}s", file=sys.stderr, flush=True)
+                    reps.append(rec)
+                results.append(merge(reps))
     finally:
         env.stop()
         if not keep:
@@ -668,30 +747,51 @@ async def run(sizes: Sequence[int], concurrency: int, grace: int, keep: bool) ->
     return results, meta
 
 
+def print_profiles(pattern: Path, top: int = 30) -> None:
+    import pstats
+
+    for path in sorted(pattern.parent.glob(f"{pattern.stem}-*{pattern.suffix}")):
+        print(f"\n--- {path}: top {top} by own time ---", file=sys.stderr)
+        pstats.Stats(str(path), stream=sys.stderr).sort_stats("tottime").print_stats(top)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pod_start", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
                         help="comma-separated pod counts (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help=f"sizes {','.join(map(str, QUICK_SIZES))}")
+    parser.add_argument("--repeat", type=int, default=1, help="repetitions per size; medians are reported")
     parser.add_argument("--baseline-concurrency", type=int, default=BASELINE_CONCURRENCY,
                         help="pods in flight in the raw-CRI baseline (default %(default)s)")
+    parser.add_argument("--no-unbounded-baseline", action="store_true",
+                        help="skip the second baseline that has all N pods in flight (as nodeagent has)")
     parser.add_argument("--grace", type=int, default=GRACE_SECONDS,
                         help="terminationGracePeriodSeconds of the pods (default %(default)s)")
     parser.add_argument("--append", type=Path, help="append the Markdown result block to this file")
     parser.add_argument("--json", type=Path, help="write every measurement as JSON to this file")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (agent and containerd logs)")
+    parser.add_argument("--profile", type=Path, metavar="FILE.pstats",
+                        help="run the agent under cProfile; writes FILE-N-REP.pstats and prints the top functions "
+                             "(timings are then inflated: do not append them as results)")
     args = parser.parse_args(argv)
     sizes = QUICK_SIZES if args.quick else tuple(int(s) for s in args.sizes.split(",") if s.strip())
-    if not sizes or min(sizes) < 1:
-        parser.error("--sizes takes positive integers")
+    if not sizes or min(sizes) < 1 or args.repeat < 1:
+        parser.error("--sizes and --repeat take positive integers")
     if os.geteuid() != 0:
         parser.error("needs root (containerd, runc, CNI)")
+    profile = args.profile.absolute() if args.profile else None
+    if profile:
+        profile.parent.mkdir(parents=True, exist_ok=True)
 
-    results, meta = anyio.run(run, sizes, args.baseline_concurrency, args.grace, args.keep, backend="asyncio")
+    results, meta = anyio.run(run, sizes, args.baseline_concurrency, args.grace, args.repeat, args.keep, profile,
+                              not args.no_unbounded_baseline, backend="asyncio")
     meta["date"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     meta["commit"] = git_description()
+    meta["command"] = "python -m benchmarks.pod_start " + " ".join(argv if argv is not None else sys.argv[1:])
     text = render(results, meta)
     print(text)
+    if profile:
+        print_profiles(profile)
     if args.append:
         with args.append.open("a") as f:
             f.write("\n" + text)

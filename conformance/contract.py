@@ -20,9 +20,10 @@ promise of the phase contract in :mod:`nodeagent.stages`:
   whose verdict is in ``PHASE_SPECS[phase].verdicts``; REJECT, RETRY and WAIT carry a reason;
 - **undo is idempotent**: stop, unprepare, cleanup and unreserve succeed when their partner never
   ran, and when called twice after a complete setup;
-- **teardown after a cancelled setup**: setup cancelled after 0, 10, 50 and 200 ms, and in the
-  middle of each of its runtime calls, is followed by a shielded teardown that leaves nothing in
-  the runtime for the pod (no sandbox, no container labelled with its UID);
+- **teardown after a cancelled setup**: setup cancelled after 0, 10, 50 and 200 ms, and at each
+  of its runtime calls (as the call begins, while it is in flight, and after the runtime did the
+  work but before the stage saw the answer), is followed by a shielded teardown that leaves
+  nothing in the runtime for the pod (no sandbox, no container labelled with its UID);
 - **restart replay**: setup run again by a fresh instance (an agent restart) adopts what exists
   instead of duplicating it.
 
@@ -39,7 +40,14 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from conformance.harness import Harness, RuntimeObjects, StageVerdict, open_harness
+from conformance.harness import (
+    CANCEL_POINTS,
+    CancelPoint,
+    Harness,
+    RuntimeObjects,
+    StageVerdict,
+    open_harness,
+)
 from nodeagent.model import Pod
 from nodeagent.registry import CONFIGURABLE, discover, load, validate_stage
 from nodeagent.stages import PHASE_SPECS, Phase, Result, Verdict, phases_of
@@ -60,7 +68,7 @@ class StageContract:
     config: ClassVar[Mapping[str, Any]] = {}
     """The plugin's configuration section (``plugins: {<name>: ...}`` in the agent configuration)."""
 
-    pytestmark = [pytest.mark.anyio, pytest.mark.containerd]
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio, pytest.mark.containerd]
 
     # --- fixtures and hooks a subclass may override --------------------------------------
 
@@ -138,7 +146,10 @@ class StageContract:
         await _assert_runtime_empty(harness, pod.uid, f"setup cancelled after {delay}s and teardown")
         _assert_documented(harness.verdicts)
 
-    async def test_teardown_after_setup_cancelled_in_each_runtime_call(self, harness: Harness) -> None:
+    @pytest.mark.parametrize("point", CANCEL_POINTS)
+    async def test_teardown_after_setup_cancelled_in_each_runtime_call(
+        self, harness: Harness, point: CancelPoint
+    ) -> None:
         # First learn which runtime calls a complete setup makes, then cancel in each in turn.
         pod = harness.pod()
         worker = harness.worker(pod)
@@ -153,11 +164,11 @@ class StageContract:
             pod = harness.pod()
             worker = harness.worker(pod)
             with anyio.CancelScope() as scope:
-                harness.calls.cancel_during(index, scope)
+                harness.calls.cancel_during(index, scope, point)
                 await harness.setup(worker)
             harness.calls.disarm()
             await harness.teardown(worker)
-            await _assert_runtime_empty(harness, pod.uid, f"setup cancelled in runtime call #{index} ({name})")
+            await _assert_runtime_empty(harness, pod.uid, f"setup cancelled ({point}) in runtime call #{index} ({name})")
         # A call cancelled on our side may still complete in the runtime: look again at the end.
         for uid in harness.uids:
             await _assert_runtime_empty(harness, uid, "all the cancelled setups (checked again at the end)")

@@ -28,11 +28,18 @@ import inspect
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, TypeVar, cast, overload
 
 import anyio
 import pytest
@@ -56,6 +63,7 @@ from nodeagent.stages import (
     Observe,
     Permit,
     Phase,
+    PodContext,
     Prepare,
     Reserve,
     Result,
@@ -67,6 +75,8 @@ from nodeagent.stages import (
 from nodeagent.status import StatusWriter
 from nodeagent.worker import PodWorker, Services, StageContext
 
+T = TypeVar("T")
+
 RUNTIME_TIMEOUT = 30.0
 """Seconds per CRI call: generous for a loaded CI machine, far below the agent's 2 min."""
 TEARDOWN_TIMEOUT = 30.0
@@ -74,8 +84,19 @@ TEARDOWN_TIMEOUT = 30.0
 GRACE_SECONDS = 2
 """The test pod's terminationGracePeriodSeconds (its container exits on SIGTERM at once)."""
 IN_FLIGHT_SECONDS = 0.005
-"""How long after a runtime call begins :meth:`RuntimeCalls.cancel_during` cancels: the request
-has reached the runtime, the answer has not come back (RunPodSandbox takes ~60 ms)."""
+"""For the ``in-flight`` cancel point: long enough for a request to reach the runtime, shorter
+than a slow call (RunPodSandbox takes ~60 ms)."""
+
+CancelPoint = Literal["as-it-begins", "in-flight", "answer-lost"]
+"""Where in a runtime call :meth:`RuntimeCalls.cancel_during` cancels:
+
+- ``as-it-begins``: at the call's first await (the request may never be sent);
+- ``in-flight``: :data:`IN_FLIGHT_SECONDS` after it began (a fast call completes first and the
+  cancellation lands at the stage's next await);
+- ``answer-lost``: the call completes in the runtime, then the caller is cancelled before it sees
+  the answer (what a client-side timeout does to a sandbox the runtime did create).
+"""
+CANCEL_POINTS: tuple[CancelPoint, ...] = ("as-it-begins", "in-flight", "answer-lost")
 
 SETUP_PHASES: tuple[Phase, ...] = (Phase.ADMIT, Phase.RESERVE, Phase.PREPARE, Phase.PERMIT, Phase.START)
 UNDO_PHASES: tuple[Phase, ...] = (Phase.STOP, Phase.UNPREPARE, Phase.CLEANUP, Phase.UNRESERVE)
@@ -132,11 +153,12 @@ class RuntimeCalls:
         self.calls: list[str] = []
         self._cancel_at: int | None = None
         self._scope: anyio.CancelScope | None = None
+        self._point: CancelPoint = "as-it-begins"
 
-    def cancel_during(self, index: int, scope: anyio.CancelScope) -> None:
-        """Cancel ``scope`` shortly after call number ``index`` (0-based, counted from now) begins."""
+    def cancel_during(self, index: int, scope: anyio.CancelScope, point: CancelPoint = "as-it-begins") -> None:
+        """Cancel ``scope`` at ``point`` of call number ``index`` (0-based, counted from now)."""
         self.calls = []
-        self._cancel_at, self._scope = index, scope
+        self._cancel_at, self._scope, self._point = index, scope, point
 
     def disarm(self) -> None:
         self._cancel_at = self._scope = None
@@ -149,9 +171,20 @@ class RuntimeCalls:
         async def call(*args: Any, **kwargs: Any) -> Any:
             index = len(self.calls)
             self.calls.append(name)
-            if self._scope is not None and index == self._cancel_at:
-                self._scope.deadline = min(self._scope.deadline, anyio.current_time() + IN_FLIGHT_SECONDS)
-                self.disarm()
+            scope, point = self._scope, self._point
+            if scope is None or index != self._cancel_at:
+                return await attr(*args, **kwargs)
+            self.disarm()
+            if point == "as-it-begins":
+                scope.cancel()
+            elif point == "in-flight":
+                scope.deadline = min(scope.deadline, anyio.current_time() + IN_FLIGHT_SECONDS)
+            else:
+                with anyio.CancelScope(shield=True):
+                    result = await attr(*args, **kwargs)
+                scope.cancel()
+                await anyio.lowlevel.checkpoint()  # raises here unless the stage shielded the call
+                return result
             return await attr(*args, **kwargs)
 
         return call
@@ -177,6 +210,8 @@ class _Handle:
 
 @dataclass
 class Harness:
+    """One plugin under test and the agent's services around it (see :func:`open_harness`)."""
+
     plugin: str
     plugin_config: Mapping[str, Any]
     config: AgentConfig
@@ -197,9 +232,7 @@ class Harness:
     verdicts: list[StageVerdict] = field(default_factory=list)
     """Every answer a stage gave in :meth:`setup`, in order (kept when setup was cancelled)."""
     uids: list[str] = field(default_factory=list)
-
-    async def record(self, event: Event) -> None:
-        self.events.append(event)
+    """Every pod UID the harness made or saw; their runtime objects are removed on exit."""
 
     # --- building -------------------------------------------------------------------------
 
@@ -234,8 +267,11 @@ class Harness:
         ref = PodRef(uid=pod.uid, namespace=pod.metadata.namespace, name=pod.metadata.name)
         return PodWorker(ref, pod, self.services, cause=None)
 
-    def context(self, worker: PodWorker, stage: Stage | None = None) -> StageContext:
-        return StageContext(worker, (stage or self.stage).name)
+    def context(self, worker: PodWorker, stage: Stage | None = None) -> PodContext:
+        """The handle ``stage`` (default: the plugin under test) gets for ``worker``'s pod."""
+        # StageContext is the agent's PodContext; the cast is for mypy, which does not accept
+        # read-only properties (pod, ref) for the Protocol's plain attributes.
+        return cast(PodContext, StageContext(worker, (stage or self.stage).name))
 
     # --- driving phases as the worker does -----------------------------------------------
 
@@ -308,16 +344,43 @@ class Harness:
     # --- what the runtime holds ---------------------------------------------------------
 
     async def runtime_objects(self, uid: str) -> RuntimeObjects:
-        selector = {L.POD_UID: uid}
-        sandboxes = await self.runtime.list_pod_sandbox(t.PodSandboxFilter(label_selector=selector))
-        containers = await self.runtime.list_containers(t.ContainerFilter(label_selector=selector))
-        return RuntimeObjects(tuple(sandboxes), tuple(containers))
+        return await objects_with(self.runtime, {L.POD_UID: uid})
 
     async def remove_runtime_objects(self, uid: str) -> RuntimeObjects:
         """Remove by force whatever the runtime holds for ``uid``; returns what it found."""
         found = await self.runtime_objects(uid)
         await remove_objects(self.runtime, found)
         return found
+
+
+@overload
+async def eventually(check: Callable[[], Awaitable[T | None]], what: str, timeout: float = ...,
+                     interval: float = ...) -> T: ...
+@overload
+async def eventually(check: Callable[[], T | None], what: str, timeout: float = ...,
+                     interval: float = ...) -> T: ...
+async def eventually(check: Callable[[], object], what: str, timeout: float = 30.0,
+                     interval: float = 0.1) -> object:
+    """Poll ``check`` (a function or a coroutine function) until it returns something true and
+    return that; fail the test after ``timeout`` seconds, naming ``what`` was awaited and what
+    ``check`` returned last."""
+    last: object = None
+    with anyio.move_on_after(timeout):
+        while True:
+            value = check()
+            last = await value if inspect.isawaitable(value) else value
+            if last:
+                return last
+            await anyio.sleep(interval)
+    pytest.fail(f"waited {timeout}s for {what}; last seen: {last!r}", pytrace=False)
+
+
+async def objects_with(runtime: RuntimeClient, labels: Mapping[str, str]) -> RuntimeObjects:
+    """Every sandbox and container whose labels include ``labels``."""
+    selector = dict(labels)
+    sandboxes = await runtime.list_pod_sandbox(t.PodSandboxFilter(label_selector=selector))
+    containers = await runtime.list_containers(t.ContainerFilter(label_selector=selector))
+    return RuntimeObjects(tuple(sandboxes), tuple(containers))
 
 
 async def remove_objects(runtime: RuntimeClient, found: RuntimeObjects) -> None:
@@ -437,13 +500,17 @@ def containerd() -> Iterator[Any]:
 
 
 __all__ = [
+    "CANCEL_POINTS",
     "GRACE_SECONDS",
+    "SETUP_PHASES",
+    "UNDO_PHASES",
+    "CancelPoint",
     "Harness",
     "RuntimeCalls",
     "RuntimeObjects",
-    "SETUP_PHASES",
     "StageVerdict",
-    "UNDO_PHASES",
+    "eventually",
+    "objects_with",
     "open_harness",
     "remove_objects",
 ]

@@ -16,6 +16,7 @@ differs. Stdlib only, so it can run before anything is pip-installed:
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import os
 import re
@@ -45,6 +46,10 @@ COMPONENTS: dict[str, str] = {
 # Go's own compiler/linker peak for these packages is about 2-3 GiB per job
 # (the kube-apiserver link is the largest); one job per core otherwise.
 _GIB_PER_JOB = 3
+
+
+class BuildError(RuntimeError):
+    """A component could not be built (the message names it and the command)."""
 
 
 def _log(msg: str) -> None:
@@ -92,7 +97,7 @@ def _check_pin() -> None:
     m = re.search(r"^require k8s\.io/kubernetes (v\S+)", text, re.M) or \
         re.search(r"^\s+k8s\.io/kubernetes (v\S+)", text, re.M)
     if not m or m.group(1) != K8S_VERSION:
-        raise SystemExit(f"conformance/k8s/go.mod does not pin k8s.io/kubernetes {K8S_VERSION}")
+        raise BuildError(f"conformance/k8s/go.mod does not pin k8s.io/kubernetes {K8S_VERSION}")
 
 
 def ldflags(version: str = K8S_VERSION) -> str:
@@ -157,19 +162,32 @@ def build(names: list[str] | None = None, *, version: str = K8S_VERSION,
     overlapping graphs would compile the shared packages twice.
     """
     if version != K8S_VERSION:
-        raise SystemExit(f"only {K8S_VERSION} is pinned in conformance/k8s/go.mod")
+        raise BuildError(f"only {K8S_VERSION} is pinned in conformance/k8s/go.mod")
     names = list(names or COMPONENTS)
     unknown = [n for n in names if n not in COMPONENTS]
     if unknown:
-        raise SystemExit(f"unknown component(s): {', '.join(unknown)}; "
+        raise BuildError(f"unknown component(s): {', '.join(unknown)}; "
                          f"known: {', '.join(COMPONENTS)}")
     if shutil.which("go") is None:
-        raise SystemExit("go is not on PATH (see ../shared/ENVIRONMENT.md)")
+        raise BuildError("go is not on PATH (see ../shared/ENVIRONMENT.md)")
     _check_pin()
     env = go_env()
     go_version = _go_version(env)
     out_dir = bin_dir(version)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # One build at a time per cache (two test sessions starting together):
+    # the second waits, then finds the binaries up to date.
+    with open(out_dir / ".build.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log(f"another build holds {out_dir / '.build.lock'}; waiting")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(names, version, force, env, go_version, out_dir)
+
+
+def _build_locked(names: list[str], version: str, force: bool, env: dict[str, str],
+                  go_version: str, out_dir: Path) -> list[Result]:
     p = jobs()
     results: list[Result] = []
     total0 = time.monotonic()
@@ -190,7 +208,7 @@ def build(names: list[str] | None = None, *, version: str = K8S_VERSION,
         dt = time.monotonic() - t0
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
-            raise SystemExit(f"{name}: go build failed (exit {proc.returncode}) "
+            raise BuildError(f"{name}: go build failed (exit {proc.returncode}) "
                              f"after {dt:.0f}s: {' '.join(cmd)}")
         os.replace(tmp, dest)
         sp.write_text(stamp)
@@ -219,7 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_dir:
         print(bin_dir())
         return 0
-    build(args.components or None, force=args.force)
+    try:
+        build(args.components or None, force=args.force)
+    except BuildError as e:
+        _log(f"error: {e}")
+        return 1
     print(bin_dir())
     return 0
 

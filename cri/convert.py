@@ -8,6 +8,7 @@ dataclass annotation, then cached as a plan:
   proto field                       dataclass annotation     mapping
   scalar / enum                     int, str, IntEnum, ...   copied (enum via its IntEnum)
   message                           SomeDataclass | None     recursion; None = unset
+  message                           SomeDataclass            recursion; always present
   single-field message (wrapper)    int | None, Enum | None  unwrapped; None = unset
   repeated scalar / enum            list[...]                element-wise
   repeated message                  list[SomeDataclass]      element-wise recursion
@@ -175,9 +176,12 @@ def _step(attr: str, fd: FieldDescriptor, annotation: Any, where: str) -> _Step:
 
     if fd.message_type is not None and dataclasses.is_dataclass(inner):
         nested: type = inner  # type: ignore[assignment]
+        optional = inner is not annotation  # `X | None`; a plain `X` is always present
 
         def read_message(m: Message) -> Any:
-            return from_proto(getattr(m, name), nested) if m.HasField(name) else None
+            if optional and not m.HasField(name):
+                return None
+            return from_proto(getattr(m, name), nested)
 
         def write_message(m: Message, v: Any) -> None:
             sub = getattr(m, name)

@@ -7,7 +7,9 @@ proto's fields under snake_case names (``uidMappings`` -> ``uid_mappings``,
 ``CDI_devices`` -> ``cdi_devices``). cri.convert maps them by field name.
 
 Conventions, applied uniformly:
-  * a nested message is ``X | None`` (None = not sent / not reported);
+  * a nested message is ``X | None`` (None = not sent / not reported), except
+    ``metadata``, which CRI requires on every config and object: it is a plain
+    ``X`` defaulting to an empty one, and always sent;
   * a presence wrapper (Int64Value, UInt64Value, *StateValue) is its
     unwrapped value or None: ``run_as_user: int | None``;
   * repeated fields are lists, maps are dicts, ``ContainerConfig.envs``
@@ -330,7 +332,7 @@ class PodSandboxMetadata:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandboxConfig:
-    metadata: PodSandboxMetadata | None = None
+    metadata: PodSandboxMetadata = field(default_factory=PodSandboxMetadata)
     hostname: str = ""  # must stay empty with a NODE network namespace
     log_directory: str = ""
     dns_config: DNSConfig | None = None
@@ -364,7 +366,7 @@ class LinuxPodSandboxStatus:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandboxStatus:
     id: str = ""
-    metadata: PodSandboxMetadata | None = None
+    metadata: PodSandboxMetadata = field(default_factory=PodSandboxMetadata)
     state: PodSandboxState = PodSandboxState.SANDBOX_READY
     created_at: int = 0
     network: PodSandboxNetworkStatus | None = None
@@ -377,7 +379,7 @@ class PodSandboxStatus:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandbox:
     id: str = ""
-    metadata: PodSandboxMetadata | None = None
+    metadata: PodSandboxMetadata = field(default_factory=PodSandboxMetadata)
     state: PodSandboxState = PodSandboxState.SANDBOX_READY
     created_at: int = 0
     labels: dict[str, str] = field(default_factory=dict)
@@ -444,7 +446,7 @@ class CDIDevice:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerConfig:
-    metadata: ContainerMetadata | None = None
+    metadata: ContainerMetadata = field(default_factory=ContainerMetadata)
     image: ImageSpec | None = None
     command: list[str] = field(default_factory=list)
     args: list[str] = field(default_factory=list)
@@ -467,7 +469,7 @@ class ContainerConfig:
 class Container:
     id: str = ""
     pod_sandbox_id: str = ""
-    metadata: ContainerMetadata | None = None
+    metadata: ContainerMetadata = field(default_factory=ContainerMetadata)
     image: ImageSpec | None = None
     image_ref: str = ""
     state: ContainerState = ContainerState.CONTAINER_CREATED
@@ -507,7 +509,7 @@ class ContainerUser:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerStatus:
     id: str = ""
-    metadata: ContainerMetadata | None = None
+    metadata: ContainerMetadata = field(default_factory=ContainerMetadata)
     state: ContainerState = ContainerState.CONTAINER_CREATED
     created_at: int = 0
     started_at: int = 0
@@ -689,7 +691,7 @@ class IoUsage:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerAttributes:
     id: str = ""
-    metadata: ContainerMetadata | None = None
+    metadata: ContainerMetadata = field(default_factory=ContainerMetadata)
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
 
@@ -736,7 +738,7 @@ class ProcessUsage:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodSandboxAttributes:
     id: str = ""
-    metadata: PodSandboxMetadata | None = None
+    metadata: PodSandboxMetadata = field(default_factory=PodSandboxMetadata)
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
 

@@ -142,10 +142,10 @@ def cmd_pods(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'NAMESPACE':<12} {'NAME':<40} {'STATE':<12} {'PHASE':<10} {'RESTARTS':<9} {'IP':<15} AGE")
+    print(f"{'NAMESPACE':<12} {'NAME':<40} {'STATE':<12} {'PHASE':<28} {'RESTARTS':<9} {'IP':<15} AGE")
     for r in sorted(rows, key=lambda r: (r["namespace"], r["name"])):
         phase = r["phase"] + (f" ({r['reason']})" if r["reason"] else "")
-        print(f"{r['namespace']:<12} {r['name']:<40} {r['state']:<12} {phase:<10} {r['restarts']:<9} "
+        print(f"{r['namespace']:<12} {r['name']:<40} {r['state']:<12} {phase:<28} {r['restarts']:<9} "
               f"{r['podIP'] or '-':<15} {_age(r['age_seconds'])}")
     return 0
 

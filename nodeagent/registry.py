@@ -184,8 +184,8 @@ def load(
             raise PluginError(f"plugin {name!r} ({eps[name].value}) failed to import: {exc!r}") from exc
         try:
             stage = factory(plugin_config.get(name, {}), handle)
-        except TypeError as exc:
-            raise PluginError(f"plugin {name!r} could not be created: {exc}") from exc
+        except (TypeError, ValueError) as exc:  # ValueError covers pydantic's ValidationError
+            raise PluginError(f"plugin {name!r} could not be created from its configuration: {exc}") from exc
         instances[name] = validate_stage(name, stage)
     warnings = [
         f"plugin {name!r} is installed but no profile phase uses it" for name in sorted(set(eps) - wanted)

@@ -37,8 +37,6 @@ from nodeagent.model import Pod
 from nodeagent.stash import Stash
 
 if TYPE_CHECKING:
-    import structlog
-
     from cri import RuntimeClient
     from nodeagent.runtimeview import PodRuntime
 
@@ -176,15 +174,23 @@ class StatusReporter(Protocol):
 class PodContext(Protocol):
     """The handle a stage gets for one pod. Stages never open their own clients."""
 
-    pod: Pod
-    ref: PodRef
     stage: str
     runtime: RuntimeClient
     clock: Clock
     stash: Stash
     node: NodeInfo
-    status: StatusReporter
-    log: structlog.stdlib.BoundLogger
+    log: Any
+    """A structlog logger bound to the pod and ``stage=``."""
+
+    @property
+    def pod(self) -> Pod:
+        """The latest spec of the pod (it may change between calls; never within one)."""
+
+    @property
+    def ref(self) -> PodRef: ...
+
+    @property
+    def status(self) -> StatusReporter: ...
 
     @property
     def settings(self) -> Any:

@@ -38,6 +38,7 @@ from nodeagent.stages import (
     Result,
     Stage,
     Start,
+    StatusReporter,
     Verdict,
 )
 from nodeagent.stash import Stash
@@ -82,12 +83,16 @@ class StageContext:
         self.clock = services.clock
         self.node = services.node
         self.stash = worker.stash
-        self.status = services.status.reporter(worker.ref.uid)
+        self._status = services.status.reporter(worker.ref.uid)
         self.log = log.bind(pod=str(worker.ref), uid=worker.ref.uid, stage=stage)
 
     @property
     def pod(self) -> Pod:
         return self._worker.pod
+
+    @property
+    def status(self) -> StatusReporter:
+        return self._status
 
     @property
     def ref(self) -> ev.PodRef:
@@ -244,16 +249,21 @@ class PodWorker:
         return result
 
     async def _admit(self) -> Result:
-        result, stage = await self.services.admission.admit(self.pod)
+        result, stage = await self.services.admission.admit(self.pod, self._stage_answered)
         if result.verdict is Verdict.REJECT:
             self.services.status.reporter(self.ref.uid).set_pod_reason(result.reason, result.message)
             self._to(Trigger.REJECT)
             self.log.warning("pod rejected", stage=stage, reason=result.reason, message=result.message)
-            await self._emit(ev.PodRejected(reason=result.reason, message=result.message))
+            await self._emit(ev.PodRejected(reason=result.reason, message=result.message), source=stage)
             return result
         self._to(Trigger.ADMIT)
         await self._emit(ev.PodAdmitted())
         return result
+
+    async def _stage_answered(self, stage: str, phase: Phase, result: Result, seconds: float) -> None:
+        self.services.observe_stage_time(stage, phase.value, seconds)
+        await self._emit(ev.StageCompleted(phase=phase.value, verdict=result.verdict.value, duration_seconds=seconds,
+                                           reason=result.reason, message=result.message), source=stage)
 
     async def _setup(self) -> Result:
         self._to(Trigger.PREPARE)
@@ -319,11 +329,7 @@ class PodWorker:
                 if not isinstance(result, Result) or result.verdict not in PHASE_SPECS[phase].verdicts:
                     result = Result.reject("InvalidStageVerdict",
                                            f"stage {stage.name!r} answered {result!r} in phase {phase.value}")
-                seconds = time.monotonic() - begin
-                self.services.observe_stage_time(stage.name, phase.value, seconds)
-                await self._emit(ev.StageCompleted(phase=phase.value, verdict=result.verdict.value,
-                                                   duration_seconds=seconds, reason=result.reason,
-                                                   message=result.message), source=stage.name)
+                await self._stage_answered(stage.name, phase, result, time.monotonic() - begin)
             if result.verdict not in (Verdict.CONTINUE, Verdict.SKIP):
                 return result
         return Result.ok()

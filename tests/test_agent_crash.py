@@ -67,7 +67,16 @@ async def test_sigkill_mid_start_then_restart_leaves_no_duplicates(containerd: A
             per_pod = Counter(s.metadata.uid for s in sandboxes if s.metadata)
             assert len(per_pod) == PODS and set(per_pod.values()) == {1}, per_pod
             per_container = Counter(c.labels[L.POD_UID] for c in containers)
-            assert len(per_container) == PODS and set(per_container.values()) == {1}, per_container
+            details = sorted((c.labels[L.POD_UID][:6], c.metadata.attempt if c.metadata else -1, c.state.name,
+                              c.created_at) for c in containers)
+            if set(per_container.values()) != {1}:
+                dump = []
+                for c in containers:
+                    st = await client.container_status(c.id)
+                    dump.append([c.labels[L.POD_UID][:6], st.metadata.attempt, st.state.name, st.exit_code, st.reason,
+                                 st.message, st.created_at, st.started_at, st.finished_at])
+                (tmp_path / "containers.json").write_text(json.dumps(sorted(dump), indent=1))
+            assert len(per_container) == PODS and set(per_container.values()) == {1}, details
             assert all(c.state == t.ContainerState.CONTAINER_RUNNING for c in containers)
         finally:
             for f in manifests.iterdir():

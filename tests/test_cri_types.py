@@ -137,7 +137,10 @@ def test_round_trip_through_the_wire() -> None:
 
 
 def test_defaults_send_nothing_and_none_means_unset() -> None:
-    assert to_proto(t.ContainerConfig(), api.ContainerConfig).SerializeToString() == b""
+    assert to_proto(t.LinuxContainerConfig(), api.LinuxContainerConfig).SerializeToString() == b""
+    # metadata is required by CRI: a plain field, always sent, never None.
+    assert to_proto(t.ContainerConfig(), api.ContainerConfig) == api.ContainerConfig(metadata=api.ContainerMetadata())
+    assert from_proto(api.Container(), t.Container).metadata == t.ContainerMetadata()
     context = to_proto(t.LinuxContainerSecurityContext(run_as_user=0), api.LinuxContainerSecurityContext)
     assert context.HasField("run_as_user") and not context.HasField("run_as_group")
     # An all-default nested message is still sent (presence matters, e.g. metadata).

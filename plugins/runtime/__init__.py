@@ -35,6 +35,10 @@ CRASHLOOP_INITIAL = 10.0  # the kubelet's initial CrashLoopBackOff
 CRASHLOOP_MAX = 300.0  # MaxContainerBackOff
 MINIMUM_GRACE_SECONDS = 2  # minimumGracePeriodInSeconds
 RESYNC_SECONDS = 10.0
+# How containerd words a StartContainer whose caller went away: the gRPC context was cancelled,
+# or the shim being started was killed with it. A real start failure (a missing executable, a
+# permission) says something else and counts as a restart.
+INTERRUPTED_START_MARKS = ("context canceled", "signal: killed")
 
 
 class RuntimeStage(Prepare, Start, Observe, Cleanup):
@@ -111,11 +115,23 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             if latest is not None and latest.state == t.ContainerState.CONTAINER_CREATED:
                 await ctx.runtime.start_container(latest.id)
                 continue
+            attempt = 0
             if latest is not None and latest.state == t.ContainerState.CONTAINER_EXITED:
-                continue  # restarting exited containers is the observe loop's job (back-off)
-            await self._run_container(ctx, container, attempt=0)
+                if not await self._start_was_interrupted(ctx, latest):
+                    continue  # restarting exited containers is the observe loop's job (back-off)
+                # Our own StartContainer was cut off (the agent died mid-call): that is not the
+                # container failing, so it does not count as a restart. Replace the instance.
+                await ctx.runtime.remove_container(latest.id)
+                attempt = latest.metadata.attempt if latest.metadata else 0
+            await self._run_container(ctx, container, attempt=attempt)
         ctx.request_relist()
         return Result.ok()
+
+    @staticmethod
+    async def _start_was_interrupted(ctx: PodContext, c: t.Container) -> bool:
+        status = await ctx.runtime.container_status(c.id)
+        return (status.started_at == 0 and status.reason == "StartError"
+                and any(mark in status.message for mark in INTERRUPTED_START_MARKS))
 
     async def _run_container(self, ctx: PodContext, container: Container, attempt: int) -> None:
         sandbox_id, sandbox = ctx.stash[SANDBOX]

@@ -170,6 +170,15 @@ class StatusReporter(Protocol):
     def set_observed(self, status: Mapping[str, Any]) -> None:
         """Replace the runtime-derived part of the status (phase, container statuses, IPs)."""
 
+    def container_probe_result(self, container: str, *, ready: bool | None = None,
+                               started: bool | None = None) -> None:
+        """(probes) Readiness / startup of ``container``'s current instance; None = no opinion.
+        The writer applies it over the observed status and recomputes Ready/ContainersReady."""
+
+    def set_condition(self, type: str, status: bool, reason: str = "", message: str = "") -> None:
+        """Add or replace a pod condition owned by a stage (e.g. a readiness gate or a
+        nodeagent.io/* condition)."""
+
 
 class PodContext(Protocol):
     """The handle a stage gets for one pod. Stages never open their own clients."""

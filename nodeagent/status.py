@@ -70,6 +70,8 @@ class _PodRecord:
     message: str = ""
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
     observed: dict[str, Any] = field(default_factory=dict)
+    probes: dict[str, tuple[bool | None, bool | None]] = field(default_factory=dict)
+    conditions: dict[str, dict[str, str]] = field(default_factory=dict)
     start_time: float | None = None
     computed: dict[str, Any] = field(default_factory=dict)
     dirty: bool = True
@@ -96,6 +98,24 @@ class PodReporter:
 
     def set_observed(self, status: Mapping[str, Any]) -> None:
         self._writer._update(self._uid, lambda r: setattr(r, "observed", dict(status)))
+
+    def container_probe_result(self, container: str, *, ready: bool | None = None,
+                               started: bool | None = None) -> None:
+        def apply(r: _PodRecord) -> None:
+            if ready is None and started is None:
+                r.probes.pop(container, None)
+            else:
+                r.probes[container] = (ready, started)
+
+        self._writer._update(self._uid, apply)
+
+    def set_condition(self, type: str, status: bool, reason: str = "", message: str = "") -> None:
+        condition = {"type": type, "status": "True" if status else "False"}
+        if reason:
+            condition["reason"] = reason
+        if message:
+            condition["message"] = message
+        self._writer._update(self._uid, lambda r: r.conditions.__setitem__(type, condition))
 
 
 class StatusWriter:
@@ -211,6 +231,12 @@ def compute(rec: _PodRecord) -> dict[str, Any]:
                     cs["lastState"] = {"terminated": cs["state"]["terminated"]}
                 cs["state"] = {"waiting": _reason_dict(*reported)}
 
+    if observed:
+        _apply_probe_results(status, rec)
+    for condition in rec.conditions.values():
+        conditions = [c for c in status.get("conditions", []) if c["type"] != condition["type"]]
+        status["conditions"] = [*conditions, {**condition, "lastTransitionTime": rfc3339(time.time())}]
+
     if rec.reason and rec.state in (PodState.TERMINATING, PodState.TERMINATED) and status.get("phase") != "Succeeded":
         status.update(phase="Failed", reason=rec.reason, message=rec.message)
     elif rec.reason:
@@ -218,6 +244,32 @@ def compute(rec: _PodRecord) -> dict[str, Any]:
         if rec.message:
             status.setdefault("message", rec.message)
     return status
+
+
+def _apply_probe_results(status: dict[str, Any], rec: _PodRecord) -> None:
+    """Probe results refine what the runtime shows: a running container is started only once its
+    startup probe succeeded, and ready only once its readiness probe did (the kubelet's rule)."""
+    if not rec.probes:
+        return
+    unready = []
+    for cs in status.get("containerStatuses", []):
+        ready, started = rec.probes.get(cs["name"], (None, None))
+        running = "running" in cs.get("state", {})
+        if started is not None:
+            cs["started"] = running and started
+        if ready is not None:
+            cs["ready"] = running and cs.get("started", running) and ready
+        if not cs.get("ready"):
+            unready.append(cs["name"])
+    for condition in status.get("conditions", []):
+        if condition["type"] in ("Ready", "ContainersReady") and status.get("phase") not in ("Succeeded", "Failed"):
+            condition.pop("reason", None)
+            condition.pop("message", None)
+            if unready:
+                condition.update(status="False", reason="ContainersNotReady",
+                                 message=f"containers with unready status: [{' '.join(unready)}]")
+            else:
+                condition["status"] = "True"
 
 
 def _reason_dict(reason: str, message: str) -> dict[str, str]:

@@ -51,6 +51,8 @@ MINIMUM_GRACE_SECONDS = 2
 # Undo phases other than stop are bounded too, so a hung driver cannot hold a worker forever.
 UNDO_TIMEOUT_SECONDS = 120.0
 RETRY_INITIAL_SECONDS = 1.0
+# A pod condition, so that `kubectl get pod -o yaml` users see what we ignored.
+UNHONOURED_CONDITION = "nodeagent.io/UnhonouredFields"
 RETRY_MAX_SECONDS = 30.0
 
 
@@ -204,6 +206,9 @@ class PodWorker:
         if unhonoured:
             self.log.warning("pod uses fields nodeagent does not honour", fields=unhonoured)
             await self._emit(ev.UnhonouredFieldsFound(fields=unhonoured))
+            self.services.status.reporter(self.ref.uid).set_condition(
+                UNHONOURED_CONDITION, True, "FieldsNotHonoured",
+                "nodeagent does not act on: " + ", ".join(unhonoured))
 
         outcome = await self._setup_cancellable(self._admit)
         if self.kill_requested:

@@ -136,6 +136,8 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
         chain = env.agent.trace.chain(f"default/good-{env.node}")
         unhonoured = [e for e in chain if e["kind"] == "UnhonouredFieldsFound"]
         assert unhonoured and unhonoured[0]["fields"] == ["spec.containers[0].livenessProbe"]
+        conditions = {c["type"]: c for c in env.status_of("good")["conditions"]}
+        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.containers[0].livenessProbe")
 
         # A good manifest turning bad keeps its last valid pod running.
         uid = env.uid_of("good")

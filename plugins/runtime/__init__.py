@@ -18,6 +18,7 @@ import anyio
 from cri import AlreadyExists, CriError, NotFound
 from cri import types as t
 from nodeagent import labels as L
+from nodeagent.additions import additions_for
 from nodeagent.events import ContainerCreated, ContainerStopped, SandboxRemoved, SandboxStarted
 from nodeagent.model import Container
 from nodeagent.stages import AgentHandle, Cleanup, Observe, PodContext, Prepare, Result, Start
@@ -136,7 +137,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     async def _run_container(self, ctx: PodContext, container: Container, attempt: int) -> None:
         sandbox_id, sandbox = ctx.stash[SANDBOX]
         ref = ctx.stash.get(IMAGE_REFS, {}).get(container.name, "")
-        config = container_config(ctx.pod, container, attempt, ref, self._node)
+        config = container_config(ctx.pod, container, attempt, ref, self._node,
+                                  additions=additions_for(ctx.stash, container.name))
         try:
             container_id = await ctx.runtime.create_container(sandbox_id, config, sandbox)
         except CriError as exc:

@@ -9,6 +9,7 @@ import math
 from cri import types as t
 from nodeagent import labels as L
 from nodeagent import quantity
+from nodeagent.additions import ContainerAdditions
 from nodeagent.model import Container, Pod
 
 # The kubelet's CPU conversion (pkg/kubelet/cm/helpers_linux.go).
@@ -43,7 +44,9 @@ def linux_resources(container: Container) -> t.LinuxContainerResources:
 
 
 def container_config(pod: Pod, container: Container, attempt: int, image_ref: str, node_name: str,
-                     container_type: str = "container") -> t.ContainerConfig:
+                     container_type: str = "container",
+                     additions: ContainerAdditions | None = None) -> t.ContainerConfig:
+    extra = additions or ContainerAdditions()
     annotations = {
         L.CONTAINER_HASH: container_hash(container),
         L.CONTAINER_RESTART_COUNT: str(attempt),
@@ -64,7 +67,10 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
         command=list(container.command),
         args=list(container.args),
         working_dir=container.working_dir,
-        envs={e.name: e.value for e in container.env},
+        envs={**extra.envs, **{e.name: e.value for e in container.env}},
+        mounts=list(extra.mounts),
+        devices=list(extra.devices),
+        cdi_devices=list(extra.cdi_devices),
         labels={
             L.POD_NAME: pod.metadata.name,
             L.POD_NAMESPACE: pod.metadata.namespace,
@@ -72,7 +78,7 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
             L.CONTAINER_NAME: container.name,
             L.MANAGED_BY: node_name,
         },
-        annotations=annotations,
+        annotations={**extra.annotations, **annotations},
         log_path=f"{container.name}/{attempt}.log",
         stdin=container.stdin,
         stdin_once=container.stdin_once,

@@ -1,0 +1,56 @@
+"""What prepare stages contribute to containers: mounts, devices, CDI devices, environment.
+
+Volumes, devices (DRA/CDI) and other prepare stages do not build container configs; they add
+to the pod's :data:`CONTAINER_ADDITIONS` in the stash, and the stage that creates containers
+merges them into each ContainerConfig. This keeps each concern in its own stage while the
+runtime stage stays the only caller of CreateContainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cri import types as t
+from nodeagent.stash import Stash, StashKey
+
+ALL_CONTAINERS = "*"
+
+
+@dataclass
+class ContainerAdditions:
+    mounts: list[t.Mount] = field(default_factory=list)
+    devices: list[t.Device] = field(default_factory=list)
+    cdi_devices: list[t.CDIDevice] = field(default_factory=list)
+    envs: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    contributed_by: set[str] = field(default_factory=set)
+
+
+CONTAINER_ADDITIONS = StashKey[dict[str, ContainerAdditions]]("core.container_additions")
+"""Container name (or ``"*"`` for every container) → what stages added for it."""
+
+
+def additions_for(stash: Stash, container: str) -> ContainerAdditions:
+    """The merged additions for ``container``: those for every container, then its own."""
+    table = stash.get(CONTAINER_ADDITIONS, {})
+    merged = ContainerAdditions()
+    for key in (ALL_CONTAINERS, container):
+        part = table.get(key)
+        if part is None:
+            continue
+        merged.mounts.extend(part.mounts)
+        merged.devices.extend(part.devices)
+        merged.cdi_devices.extend(part.cdi_devices)
+        merged.envs.update(part.envs)
+        merged.annotations.update(part.annotations)
+        merged.contributed_by |= part.contributed_by
+    return merged
+
+
+def contribute(stash: Stash, stage: str, container: str = ALL_CONTAINERS) -> ContainerAdditions:
+    """The entry a stage fills for ``container``; calling it again returns the same entry, so a
+    stage that runs again (RETRY, agent restart) should clear what it added before re-adding."""
+    table = stash.setdefault(CONTAINER_ADDITIONS, {})
+    entry = table.setdefault(container, ContainerAdditions())
+    entry.contributed_by.add(stage)
+    return entry

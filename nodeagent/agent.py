@@ -8,6 +8,7 @@ outlives the agent and a failure anywhere is seen here.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -229,9 +230,16 @@ class Agent:
 
 
 async def run_forever(config: AgentConfig) -> None:
+    """Run until SIGTERM or SIGINT. Stopping the agent leaves its pods running, as stopping the
+    kubelet does: the next agent adopts them."""
     agent = Agent(config)
     async with anyio.create_task_group() as tg:
-        await tg.start(agent.run)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            tg.start_soon(agent.run)
+            async for signum in signals:
+                log.info("stopping; pods keep running", signal=signal.Signals(signum).name)
+                tg.cancel_scope.cancel()
+                break
 
 
 __all__ = ["Agent", "run_forever", "node_allocatable", "Path"]

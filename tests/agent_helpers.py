@@ -105,16 +105,16 @@ def make_config(base: Path, endpoint: str, node: str | None = None, **overrides:
     node = node or f"t{uuid.uuid4().hex[:8]}"
     manifests = base / "manifests"
     manifests.mkdir(parents=True, exist_ok=True)
-    return AgentConfig(
-        node_name=node,
-        static_pod_path=manifests,
-        container_runtime_endpoint=endpoint,
-        root_dir=base / "root",
-        pod_logs_dir=base / "logs",
-        healthz_port=0,
-        file_check_frequency=5.0,
-        **overrides,
-    )
+    settings: dict[str, Any] = {
+        "node_name": node,
+        "static_pod_path": manifests,
+        "container_runtime_endpoint": endpoint,
+        "root_dir": base / "root",
+        "pod_logs_dir": base / "logs",
+        "healthz_port": 0,
+        "file_check_frequency": 5.0,
+    }
+    return AgentConfig(**{**settings, **overrides})
 
 
 @asynccontextmanager

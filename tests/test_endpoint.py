@@ -1,0 +1,91 @@
+"""The local endpoint and the CLI commands that read a running agent."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.agent_helpers import pod_manifest, running_agent, wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+async def _cli(*args: str) -> str:
+    result = await anyio.run_process([sys.executable, "-m", "nodeagent", *args], check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    return result.stdout.decode()
+
+
+async def test_healthz_metrics_pods_and_trace(containerd: Any, tmp_path: Path) -> None:
+    port = _free_port()
+    async with running_agent(containerd, tmp_path, healthz_port=port) as env:
+        env.write("web.yaml", pod_manifest("web"))
+        await env.wait_running("web")
+        await wait_for(lambda: _running_metric(port), what="kubelet_running_pods 1")
+
+        status, body = await anyio.to_thread.run_sync(_get, port, "/healthz")
+        assert (status, body) == (200, "ok\n")
+        _, metrics = await anyio.to_thread.run_sync(_get, port, "/metrics")
+        assert "kubelet_pod_start_duration_seconds_count 1" in metrics
+        assert 'nodeagent_stage_duration_seconds_count{stage="runtime",phase="prepare"}' in metrics
+        assert "kubelet_pleg_relist_duration_seconds_count" in metrics
+        assert 'nodeagent_bus_queue_depth{subscriber="trace"}' in metrics
+        assert 'nodeagent_events_total{kind="SandboxStarted"} 1' in metrics
+
+        table = await _cli("pods", "--healthz-port", str(port))
+        line = next(row for row in table.splitlines() if f"web-{env.node}" in row)
+        assert "Running" in line and "default" in line
+
+        trace = await _cli("trace", f"default/web-{env.node}", "--healthz-port", str(port))
+        kinds = [tok for row in trace.splitlines() for tok in row.split()[3:7] if tok[:1].isupper() and tok.isalpha()]
+        for expected in ("PodSpecObserved", "PodAdmitted", "ImagePulled", "SandboxStarted", "ContainerCreated",
+                         "PodStarted"):
+            assert expected in kinds, trace
+        assert kinds.index("PodAdmitted") < kinds.index("SandboxStarted") < kinds.index("PodStarted")
+
+        status, _ = await anyio.to_thread.run_sync(_get, port, "/trace/nobody")
+        assert status == 404
+
+
+async def _running_metric(port: int) -> bool:
+    _, metrics = await anyio.to_thread.run_sync(_get, port, "/metrics")
+    return "kubelet_running_pods 1\n" in metrics
+
+
+async def test_cli_reports_a_missing_agent_clearly() -> None:
+    port = _free_port()
+    result = await anyio.run_process([sys.executable, "-m", "nodeagent", "pods", "--healthz-port", str(port)],
+                                     check=False)
+    assert result.returncode != 0
+    assert f"no agent answers at http://127.0.0.1:{port}/pods" in result.stderr.decode()
+
+
+async def test_bad_configuration_is_reported_with_the_field(tmp_path: Path) -> None:
+    config = tmp_path / "agent.yaml"
+    config.write_text("maxPods: -3\nstaticPodPth: /x\n")
+    result = subprocess.run([sys.executable, "-m", "nodeagent", "plugins", "--config", str(config)],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "maxPods: Input should be greater than or equal to 1" in result.stderr
+    assert "staticPodPth: Extra inputs are not permitted" in result.stderr

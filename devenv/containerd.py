@@ -358,6 +358,11 @@ class Containerd:
         self._stop_daemon()
         self.start()
 
+    def stop_daemon(self) -> None:
+        """Stop the daemon only: shims and containers keep running, as on a node whose
+        containerd is down for a while; start() brings it back on the same state."""
+        self._stop_daemon()
+
     def stop(self, *, remove_pods: bool = True) -> None:
         """Stop the daemon and remove everything it left on the host.
 

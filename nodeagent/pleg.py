@@ -23,6 +23,8 @@ from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 
 log = structlog.get_logger("nodeagent.pleg")
 
+RELIST_TIMEOUT_SECONDS = 5.0
+
 _STATES = {
     ContainerState.CONTAINER_CREATED: "created",
     ContainerState.CONTAINER_RUNNING: "running",
@@ -87,20 +89,27 @@ class Relister:
 
     async def relist_once(self) -> None:
         begin = time.monotonic()
-        try:
-            sandboxes = await self._runtime.list_pod_sandbox()
-            containers = await self._runtime.list_containers()
-        except CriError as exc:
+        problem = f"no answer to ListPodSandbox/ListContainers within {RELIST_TIMEOUT_SECONDS:g}s"
+        listed = None
+        # The client waits for a ready channel on reads; a relist must not: a runtime that does
+        # not answer is news the node has to hear now (healthz, RuntimeUnavailable).
+        with anyio.move_on_after(RELIST_TIMEOUT_SECONDS):
+            try:
+                listed = (await self._runtime.list_pod_sandbox(), await self._runtime.list_containers())
+            except CriError as exc:
+                problem = str(exc)
+        if listed is None:
             self.healthy = False
             if not self._runtime_down:
                 self._runtime_down = True
-                log.warning("runtime unavailable; pods keep their last known state", error=str(exc))
-                await self._publish(RuntimeUnavailable(source="pleg", endpoint=exc.endpoint, message=str(exc)))
+                log.warning("runtime unavailable; pods keep their last known state", error=problem)
+                await self._publish(RuntimeUnavailable(source="pleg", endpoint=self._runtime.endpoint, message=problem))
             return
+        sandboxes, containers = listed
         if self._runtime_down:
             self._runtime_down = False
             log.info("runtime available again")
-            await self._publish(RuntimeAvailable(source="pleg", endpoint="", runtime="CRI"))
+            await self._publish(RuntimeAvailable(source="pleg", endpoint=self._runtime.endpoint, runtime="CRI"))
 
         mine = [s for s in sandboxes if s.labels.get(L.MANAGED_BY) == self._node]
         by_pod: dict[str, list[SandboxRecord]] = {}

@@ -129,15 +129,15 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
         (env.manifests / "broken.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x\n")
         (env.manifests / "deploy.yaml").write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n")
         (env.manifests / "nocontainers.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: n}\nspec: {}\n")
-        env.write("good.yaml", pod_manifest("good", container={"livenessProbe": {"exec": {"command": ["true"]}}}))
+        env.write("good.yaml", pod_manifest("good", container={"resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}]}))
         await env.wait_running("good")
         counters = env.agent.metrics.counters
         await wait_for(lambda: _at_least(counters, "ManifestRejected", 3), what="three ManifestRejected facts")
         chain = env.agent.trace.chain(f"default/good-{env.node}")
         unhonoured = [e for e in chain if e["kind"] == "UnhonouredFieldsFound"]
-        assert unhonoured and unhonoured[0]["fields"] == ["spec.containers[0].livenessProbe"]
+        assert unhonoured and unhonoured[0]["fields"] == ["spec.containers[0].resizePolicy"]
         conditions = {c["type"]: c for c in env.status_of("good")["conditions"]}
-        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.containers[0].livenessProbe")
+        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.containers[0].resizePolicy")
 
         # A good manifest turning bad keeps its last valid pod running.
         uid = env.uid_of("good")
@@ -230,3 +230,23 @@ async def test_dead_runtime_socket_is_reported_and_retried(tmp_path: Path) -> No
                        what="repeated RuntimeUnavailable facts")
         assert not agent.ready.is_set()
         tg.cancel_scope.cancel()
+
+
+async def test_runtime_outage_is_reported_and_the_agent_recovers(containerd: Any, tmp_path: Path) -> None:
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("before.yaml", pod_manifest("before"))
+        before = await env.wait_running("before")
+        await anyio.to_thread.run_sync(containerd.stop_daemon)
+        try:
+            await wait_for(lambda: _at_least(env.agent.metrics.counters, "RuntimeUnavailable", 1),
+                           what="RuntimeUnavailable while containerd is down")
+            assert env.agent.healthz()[0] is False
+            env.write("during.yaml", pod_manifest("during"))  # arrives while the runtime is away
+            await anyio.sleep(1)
+        finally:
+            await anyio.to_thread.run_sync(containerd.start)
+        await wait_for(lambda: _at_least(env.agent.metrics.counters, "RuntimeAvailable", 1),
+                       what="RuntimeAvailable after containerd is back")
+        await env.wait_running("during", timeout=60)
+        assert [c.id for c in await env.running_containers("before")] == [before.id]  # untouched
+        assert env.agent.healthz()[0] is True

@@ -236,10 +236,12 @@ class RuntimeClient:
         self._version_stale = False  # one re-check at a time, not one per concurrent call
         try:
             await self._handshake()
-        except errors.CriError as exc:
-            if not exc.retryable:
-                raise  # RuntimeVersionError: something else answers on the socket now
-            self._version_stale = True  # try again after the next successful call
+        except errors.RuntimeVersionError:
+            raise  # something that is not a CRI v1 runtime answers on the socket now
+        except errors.CriError:
+            # The call itself succeeded; do not fail it over the check. Try again
+            # after the next successful call.
+            self._version_stale = True
 
     # ------------------------------------------------------------ runtime
 

@@ -85,8 +85,9 @@ class Handle:
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, *, clock: Clock | None = None) -> None:
+    def __init__(self, config: AgentConfig, *, clock: Clock | None = None, verbose: bool = True) -> None:
         self.config = config
+        self.verbose = verbose
         self.clock = clock or SystemClock()
         self.bus = Bus(TOPOLOGY)
         self.runtime = RuntimeClient(config.container_runtime_endpoint, timeout=config.runtime_request_timeout)
@@ -223,16 +224,19 @@ class Agent:
 
     async def _eventlog(self, inbox: MemoryObjectReceiveStream[ev.Event]) -> None:
         elog = structlog.get_logger("nodeagent.events")
+        verbose = self.verbose
         async with inbox:
             async for event in inbox:
+                if not verbose:
+                    continue  # drained, not rendered: dumping every fact costs real CPU at scale
                 data: Mapping[str, Any] = event.model_dump(exclude={"pod", "at", "kind", "pod_spec"})
                 elog.debug(getattr(event, "kind"), pod=str(event.pod) if event.pod.uid else None, **data)
 
 
-async def run_forever(config: AgentConfig) -> None:
+async def run_forever(config: AgentConfig, verbose: bool = False) -> None:
     """Run until SIGTERM or SIGINT. Stopping the agent leaves its pods running, as stopping the
     kubelet does: the next agent adopts them."""
-    agent = Agent(config)
+    agent = Agent(config, verbose=verbose)
     async with anyio.create_task_group() as tg:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             tg.start_soon(agent.run)

@@ -57,7 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     logs.configure(config.log_format, logging.DEBUG if args.verbose else logging.INFO)
     try:
-        anyio.run(run_forever, config)
+        anyio.run(run_forever, config, args.verbose)
     except PluginError as exc:
         print(f"nodeagent: plugin configuration error: {exc}", file=sys.stderr)
         return 2
@@ -169,6 +169,46 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    """A container's log, read straight from podLogsDir (the agent only helps find the pod)."""
+    from nodeagent import logreader as lr
+
+    config = _config(args)
+
+    def fetch() -> Any:
+        try:
+            with urllib.request.urlopen(f"{config.endpoint_url}/pods", timeout=5) as resp:
+                return json.loads(resp.read())
+        except (OSError, ValueError):  # the agent is down: the log directories still tell
+            return None
+
+    try:
+        since = time.time_ns() - int(lr.parse_since(args.since) * 1e9) if args.since else None
+        target = lr.find_pod(args.pod, config.pod_logs_dir, fetch(), config.node_name)
+        container = lr.choose_container(target, args.container)
+        path, attempt = lr.log_file(target, container, previous=args.previous)
+    except (lr.LogsError, ValueError) as exc:
+        print(f"nodeagent: {exc}", file=sys.stderr)
+        return 1
+    tail = args.tail if args.tail >= 0 else None
+    out = sys.stdout.buffer
+    try:
+        if not args.follow or args.previous:
+            for line in lr.select(lr.read(path), tail, since):
+                out.write(line.render(args.timestamps))
+            out.flush()
+            return 0
+        for lines, initial in lr.follow(path, lr.writer_alive(target, container, attempt, fetch)):
+            for line in lr.select(lines, tail, since) if initial else lines:
+                out.write(line.render(args.timestamps))
+            out.flush()  # a follower is read as it goes (often through a pipe)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `nodeagent logs -f POD | head`
+        return 0
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nodeagent", description="Run Kubernetes pods on a CRI runtime.")
     parser.add_argument("--version", action="version", version=f"nodeagent {__version__}")
@@ -193,6 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     ):
         p = sub.add_parser(name, help=doc)
         p.set_defaults(fn=fn)
+    logs = sub.add_parser("logs", help="a container's log (kubectl logs, from podLogsDir)")
+    _add_config_flags(logs)
+    logs.set_defaults(fn=cmd_logs)
+    logs.add_argument("pod", help="pod UID, NAMESPACE/NAME or NAME")
+    logs.add_argument("-c", "--container", help="the container (needed when the pod has several)")
+    logs.add_argument("-p", "--previous", action="store_true", help="the previous instance (restartCount - 1)")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing as the container writes")
+    logs.add_argument("--tail", type=int, default=-1, help="only the last N lines (-1: all)")
+    logs.add_argument("--timestamps", action="store_true", help="prefix each line with its RFC3339Nano time")
+    logs.add_argument("--since", help="only lines newer than this: seconds, or a duration like 5m")
     args = parser.parse_args(argv)
     return int(args.fn(args))
 

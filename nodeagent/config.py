@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from nodeagent import quantity
 from nodeagent.registry import CONFIGURABLE, DEFAULT_PROFILE
 
 
@@ -34,6 +35,15 @@ class AgentConfig(BaseModel):
     """Seconds per CRI call (the kubelet's runtimeRequestTimeout, 2m)."""
     max_pods: int = Field(default=110, ge=1)
     pod_logs_dir: Path = Path("/var/log/pods")
+    container_log_max_size: str = "10Mi"
+    """Rotate a running container's log file once it reaches this size (a quantity)."""
+    container_log_max_files: int = Field(default=5, ge=2)
+    """Log files kept per container, the live one included (the kubelet also requires >= 2)."""
+    container_log_monitor_interval: float = Field(default=10.0, gt=0)
+    """Seconds between log size checks. The kubelet refuses less than 3 s; we allow it for tests."""
+    container_logs_symlink_dir: Path = Path("/var/log/containers")
+    """Where the legacy ``<pod>_<ns>_<container>-<id>.log`` symlinks go (not a kubelet setting:
+    the kubelet hard-codes /var/log/containers)."""
     root_dir: Path = Path("/var/lib/nodeagent")
     file_check_frequency: float = Field(default=20.0, gt=0)
     """Seconds between full rescans of staticPodPath (changes are also seen sooner by polling)."""
@@ -42,6 +52,17 @@ class AgentConfig(BaseModel):
     """The local endpoint (/healthz, /metrics, /pods, /trace); 0 disables it."""
     system_reserved: dict[str, str] = Field(default_factory=dict)
     kube_reserved: dict[str, str] = Field(default_factory=dict)
+    allow_privileged: bool = True
+    """Whether pods may run privileged containers (the kubelet's old --allow-privileged); a
+    privileged pod on a node that disallows them is rejected at admission (reason Forbidden)."""
+    allowed_unsafe_sysctls: list[str] = Field(default_factory=list)
+    """Sysctls (or ``prefix.*`` patterns) pods may set beyond the kubelet's safe set."""
+    seccomp_default: bool = False
+    """RuntimeDefault instead of Unconfined for containers that name no seccomp profile."""
+    cluster_domain: str = "cluster.local"
+    """The DNS domain of pod FQDNs (``<hostname>.<subdomain>.<ns>.svc.<clusterDomain>``)."""
+    cluster_dns: list[str] = Field(default_factory=list, alias="clusterDNS")
+    """Nameservers of dnsPolicy ClusterFirst; empty: ClusterFirst falls back to Default."""
     log_format: Literal["console", "json"] = "console"
     trace_file: Path | None = None
     profile: dict[str, list[str]] = Field(default_factory=lambda: {k: list(v) for k, v in DEFAULT_PROFILE.items()})
@@ -53,6 +74,13 @@ class AgentConfig(BaseModel):
         unknown = set(value) - set(CONFIGURABLE)
         if unknown:
             raise ValueError(f"unknown phase(s) {sorted(unknown)}; configurable phases are {list(CONFIGURABLE)}")
+        return value
+
+    @field_validator("container_log_max_size")
+    @classmethod
+    def _log_size_quantity(cls, value: str) -> str:
+        if quantity.bytes_(value) <= 0:  # raises ValueError with the quantity on bad syntax
+            raise ValueError(f"containerLogMaxSize must be greater than 0, got {value!r}")
         return value
 
     @property

@@ -16,6 +16,7 @@ import anyio
 import structlog
 
 from cri import CriError, RuntimeClient
+from cri import types as t
 from cri.types import ContainerState, PodSandboxState
 from nodeagent import labels as L
 from nodeagent.events import ContainerExited, ContainerStarted, Event, PodRef, RuntimeAvailable, RuntimeUnavailable
@@ -24,6 +25,7 @@ from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 log = structlog.get_logger("nodeagent.pleg")
 
 RELIST_TIMEOUT_SECONDS = 5.0
+INSPECT_CONCURRENCY = 8
 
 _STATES = {
     ContainerState.CONTAINER_CREATED: "created",
@@ -132,6 +134,7 @@ class Relister:
         seen: dict[str, ContainerRecord] = {}
         changed_pods: set[str] = set()
         events: list[Event] = []
+        changed: list[tuple[t.Container, str]] = []
         for c in containers:
             if c.pod_sandbox_id not in sandbox_ids:
                 continue
@@ -139,8 +142,12 @@ class Relister:
             old = self._containers.get(c.id)
             if old is not None and old.state == state:
                 seen[c.id] = old
-                continue
-            record = await self._inspect(c, state)
+            else:
+                changed.append((c, state))
+        inspected = await self._inspect_all(changed)
+        for c, state in changed:
+            old = self._containers.get(c.id)
+            record = inspected.get(c.id)
             if record is None:
                 continue
             seen[c.id] = record
@@ -187,17 +194,34 @@ class Relister:
         if self._on_relist:
             self._on_relist(time.monotonic() - begin)
 
-    async def _inspect(self, c: object, state: str) -> ContainerRecord | None:
+    async def _inspect_all(self, changed: list[tuple[t.Container, str]]) -> dict[str, ContainerRecord]:
+        """ContainerStatus for every changed container, a few at a time: after a mass start or
+        teardown, one by one would leave the cache seconds behind."""
+        found: dict[str, ContainerRecord] = {}
+        limiter = anyio.CapacityLimiter(INSPECT_CONCURRENCY)
+
+        async def one(c: t.Container, state: str) -> None:
+            async with limiter:
+                record = await self._inspect(c, state)
+            if record is not None:
+                found[c.id] = record
+
+        async with anyio.create_task_group() as tg:
+            for c, state in changed:
+                tg.start_soon(one, c, state)
+        return found
+
+    async def _inspect(self, c: t.Container, state: str) -> ContainerRecord | None:
         try:
-            st = await self._runtime.container_status(c.id)  # type: ignore[attr-defined]
+            st = await self._runtime.container_status(c.id)
         except CriError:
             return None  # removed between list and status; the next relist settles it
         annotations = st.annotations
         return ContainerRecord(
             id=st.id,
             name=st.labels.get(L.CONTAINER_NAME, st.metadata.name),
-            pod_uid=c.labels.get(L.POD_UID, ""),  # type: ignore[attr-defined]
-            sandbox_id=c.pod_sandbox_id,  # type: ignore[attr-defined]
+            pod_uid=c.labels.get(L.POD_UID, ""),
+            sandbox_id=c.pod_sandbox_id,
             attempt=st.metadata.attempt,
             state=_STATES.get(st.state, state),
             created_at=st.created_at,

@@ -27,8 +27,8 @@ DEFAULT_PROFILE: Mapping[str, Sequence[str]] = {
     "prepare": ["runtime"],
     "permit": [],
     "start": ["runtime"],
-    "observe": ["status", "runtime"],
-    "cleanup": ["runtime"],
+    "observe": ["status", "runtime", "logs"],
+    "cleanup": ["logs", "runtime"],
 }
 
 # Which configurable phase decides the order of each phase.

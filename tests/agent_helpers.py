@@ -111,6 +111,7 @@ def make_config(base: Path, endpoint: str, node: str | None = None, **overrides:
         "container_runtime_endpoint": endpoint,
         "root_dir": base / "root",
         "pod_logs_dir": base / "logs",
+        "container_logs_symlink_dir": base / "containers",
         "healthz_port": 0,
         "file_check_frequency": 5.0,
     }

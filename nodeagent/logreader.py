@@ -1,0 +1,419 @@
+"""Reading CRI container log files, as `kubectl logs` shows them (the kubelet's kuberuntime/logs).
+
+containerd writes one record per line: ``<RFC3339Nano time> <stdout|stderr> <P|F>[:tags] <content>``;
+a line longer than its buffer is split into ``P`` (partial) records ending with one ``F`` record.
+Files live at ``podLogsDir/<namespace>_<name>_<uid>/<container>/<restartCount>.log``; the kubelet
+rotates them to ``<n>.log.<timestamp>`` (older ones gzipped). Like the kubelet, we show only the
+live file of an instance (rotated files are for log shippers), and follow it across rotation.
+
+This module knows files only; which pod and container the user means is decided by the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+_TIME = re.compile(rb"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$")
+_LOG_FILE = re.compile(r"^(\d+)\.log$")
+# How often a follower looks for new data and for rotation (the kubelet uses fsnotify).
+FOLLOW_POLL_SECONDS = 0.1
+# How often a follower asks whether the container still runs, when it has nothing to read.
+FOLLOW_ALIVE_CHECK_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Record:
+    """One line of a CRI log file."""
+
+    time: bytes
+    """The timestamp as written (RFC3339Nano: trailing zeros of the fraction are dropped)."""
+    unix_nanos: int
+    stream: str
+    partial: bool
+    content: bytes
+
+
+@dataclass(frozen=True)
+class Line:
+    """A logical line: partial records joined. ``complete`` is False for a line whose last
+    record is still partial (the container has not finished writing it)."""
+
+    time: bytes
+    unix_nanos: int
+    stream: str
+    content: bytes
+    complete: bool
+
+    def render(self, timestamps: bool) -> bytes:
+        prefix = fixed_time(self.time) + b" " if timestamps else b""
+        return prefix + self.content + (b"\n" if self.complete else b"")
+
+
+def parse_time(raw: bytes) -> int | None:
+    """Nanoseconds since the epoch of an RFC3339(Nano) time, or None if it is not one."""
+    m = _TIME.match(raw)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    fraction = (m.group(7) or b"").ljust(9, b"0")
+    zone = m.group(8)
+    offset = 0
+    if zone != b"Z":
+        sign = -1 if zone[:1] == b"-" else 1
+        offset = sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    days = _days_from_civil(year, month, day)
+    seconds = days * 86400 + hour * 3600 + minute * 60 + second - offset
+    return seconds * 1_000_000_000 + int(fraction)
+
+
+def _days_from_civil(y: int, m: int, d: int) -> int:
+    # Howard Hinnant's algorithm: no datetime, so nanoseconds and any offset survive exactly.
+    y -= m <= 2
+    era = (y if y >= 0 else y - 399) // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def fixed_time(raw: bytes) -> bytes:
+    """The kubelet's output format for --timestamps (RFC3339NanoFixed: always nine digits);
+    a zero offset is written ``Z`` as Go does."""
+    m = _TIME.match(raw)
+    if m is None:
+        return raw
+    zone = m.group(8)
+    if zone in (b"+00:00", b"-00:00"):
+        zone = b"Z"
+    date_time = raw[: raw.index(b"T") + 9]
+    return date_time + b"." + (m.group(7) or b"").ljust(9, b"0") + zone
+
+
+def parse_record(raw: bytes) -> Record | None:
+    """One CRI log line (without or with its newline); None if it is not in the CRI format
+    (the kubelet skips such lines too)."""
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+    parts = raw.split(b" ", 3)
+    if len(parts) < 3:
+        return None
+    stamp, stream, tags = parts[0], parts[1], parts[2]
+    nanos = parse_time(stamp)
+    if nanos is None or stream not in (b"stdout", b"stderr"):
+        return None
+    tag = tags.split(b":", 1)[0]
+    if tag not in (b"P", b"F"):
+        return None
+    return Record(stamp, nanos, stream.decode(), tag == b"P", parts[3] if len(parts) == 4 else b"")
+
+
+class Joiner:
+    """Joins partial records into lines as they arrive. Partials of stdout and stderr are joined
+    separately (containerd splits each stream on its own); a line takes its first record's time."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, list[Record]] = {}
+
+    def feed(self, records: Iterable[Record]) -> list[Line]:
+        out = []
+        for r in records:
+            parts = self._pending.setdefault(r.stream, [])
+            parts.append(r)
+            if not r.partial:
+                out.append(self._line(parts, complete=True))
+                parts.clear()
+        return out
+
+    def flush(self) -> list[Line]:
+        """The unfinished lines (the writer is gone: nobody will finish them)."""
+        out = [self._line(parts, complete=False) for parts in self._pending.values() if parts]
+        self._pending.clear()
+        return out
+
+    @staticmethod
+    def _line(parts: list[Record], complete: bool) -> Line:
+        first = parts[0]
+        return Line(first.time, first.unix_nanos, first.stream, b"".join(p.content for p in parts), complete)
+
+
+def join(records: Iterable[Record]) -> list[Line]:
+    joiner = Joiner()
+    return joiner.feed(records) + joiner.flush()
+
+
+def select(lines: Iterable[Line], tail: int | None = None, since_nanos: int | None = None) -> list[Line]:
+    """``--since`` then ``--tail``, as kubectl applies them (tail counts what since kept)."""
+    kept: Iterable[Line] = lines
+    if since_nanos is not None:
+        kept = (line for line in kept if line.unix_nanos >= since_nanos)
+    if tail is not None and tail >= 0:
+        return list(deque(kept, maxlen=tail)) if tail else []
+    return list(kept)
+
+
+def _complete_lines(f: BinaryIO, carry: bytearray) -> list[bytes]:
+    """Read what ``f`` has now; return the newline-terminated lines, keep the rest in ``carry``
+    (a line containerd is in the middle of writing)."""
+    chunk = f.read()
+    if not chunk:
+        return []
+    carry += chunk
+    cut = carry.rfind(b"\n")
+    if cut < 0:
+        return []
+    lines = bytes(carry[: cut + 1]).splitlines(keepends=True)
+    del carry[: cut + 1]
+    return lines
+
+
+def _records(raw_lines: Iterable[bytes]) -> Iterator[Record]:
+    for raw in raw_lines:
+        record = parse_record(raw)
+        if record is not None:
+            yield record
+
+
+def read(path: Path) -> list[Line]:
+    """Every line of one log file, partials joined."""
+    with open(path, "rb") as f:
+        return join(_records(_complete_lines(f, bytearray())))
+
+
+def follow(path: Path, alive: Callable[[], bool], *, poll: float = FOLLOW_POLL_SECONDS,
+           alive_every: float = FOLLOW_ALIVE_CHECK_SECONDS) -> Iterator[tuple[list[Line], bool]]:
+    """Read ``path`` and keep reading it as it grows, across rotation, until ``alive()`` says the
+    writer is gone (then what is left is read and the iteration ends).
+
+    Yields ``(lines, initial)``: first once with everything already in the file (``initial``
+    True, so the caller can apply --tail and --since), then batches of new lines.
+
+    Rotation renames the file and has the runtime reopen it at the same path: when the path
+    names another file (or none), the old one is read to its end before the new one is opened
+    from its start, so no line is lost or shown twice.
+    """
+    f = open(path, "rb")  # noqa: SIM115 - it is swapped for the new file on rotation
+    try:
+        carry = bytearray()
+        joiner = Joiner()
+        yield joiner.feed(_records(_complete_lines(f, carry))), True
+        last_alive_check = time.monotonic()
+        while True:
+            got = _complete_lines(f, carry)
+            if got:
+                yield joiner.feed(_records(got)), False
+                continue
+            if _rotated(path, f):
+                rest = _complete_lines(f, carry)
+                try:
+                    new = open(path, "rb")  # noqa: SIM115
+                except FileNotFoundError:
+                    new = None  # renamed, not yet reopened by the runtime: look again soon
+                if new is not None:
+                    f.close()
+                    f, carry = new, bytearray()
+                if rest:
+                    yield joiner.feed(_records(rest)), False
+                if new is not None:
+                    continue
+            now = time.monotonic()
+            if now - last_alive_check >= alive_every:
+                last_alive_check = now
+                if not alive():
+                    yield joiner.feed(_records(_complete_lines(f, carry))) + joiner.flush(), False
+                    return
+            time.sleep(poll)
+    finally:
+        f.close()
+
+
+def _rotated(path: Path, f: BinaryIO) -> bool:
+    try:
+        current = os.stat(path)
+    except FileNotFoundError:
+        return True
+    mine = os.fstat(f.fileno())
+    return (current.st_dev, current.st_ino) != (mine.st_dev, mine.st_ino)
+
+
+# --- where the files are -----------------------------------------------------------------
+
+
+def pod_log_dir(pod_logs_dir: Path, namespace: str, name: str, uid: str) -> Path:
+    return pod_logs_dir / f"{namespace}_{name}_{uid}"
+
+
+def attempts(container_dir: Path) -> list[int]:
+    """The restart counts that have a live log file (``<n>.log``), ascending."""
+    try:
+        names = os.listdir(container_dir)
+    except FileNotFoundError:
+        return []
+    found = (_LOG_FILE.match(n) for n in names)
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+@dataclass(frozen=True)
+class PodDir:
+    namespace: str
+    name: str
+    uid: str
+    path: Path
+
+
+def scan(pod_logs_dir: Path) -> list[PodDir]:
+    """The pods that have a log directory (``<namespace>_<name>_<uid>``; none of the three may
+    contain ``_``, so the split is exact)."""
+    out = []
+    try:
+        entries = sorted(os.scandir(pod_logs_dir), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        parts = entry.name.split("_")
+        if len(parts) == 3 and entry.is_dir():
+            out.append(PodDir(parts[0], parts[1], parts[2], Path(entry.path)))
+    return out
+
+
+def parse_since(text: str) -> float:
+    """``--since``: seconds, or a Go-style duration like ``90s``, ``5m``, ``1h30m``."""
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"invalid duration {text!r} (use seconds or e.g. 30s, 5m, 1h)")
+    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+# --- which files the user means ----------------------------------------------------------
+#
+# The pod is found through the running agent's /pods rows when it answers (they carry the
+# container names in spec order and their states), else from the log directories alone.
+
+Rows = list[dict[str, Any]]
+
+
+class LogsError(Exception):
+    """What to tell the user; messages follow the API server's and the kubelet's."""
+
+
+@dataclass(frozen=True)
+class Target:
+    pod: PodDir
+    containers: tuple[str, ...]
+    init_containers: tuple[str, ...] = ()
+    statuses: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    from_agent: bool = False
+
+
+def _matches(query: str, namespace: str, name: str, uid: str, node: str) -> bool:
+    # Static pods are named <name>-<node>: accept the manifest's name too.
+    return query in (uid, f"{namespace}/{name}", name) or f"{query}-{node}" == name
+
+
+def _pick(query: str, found: list[PodDir]) -> PodDir:
+    if not found:
+        raise LogsError(f'pods "{query}" not found')
+    if len({(p.namespace, p.name, p.uid) for p in found}) > 1:
+        names = ", ".join(f"{p.namespace}/{p.name} ({p.uid})" for p in found)
+        raise LogsError(f"{query!r} names more than one pod ({names}); give NAMESPACE/NAME or the UID")
+    return found[0]
+
+
+def find_pod(query: str, pod_logs_dir: Path, rows: Rows | None, node: str) -> Target:
+    """The pod named by ``query`` (NAME, NAMESPACE/NAME or UID)."""
+    candidates = [r for r in rows or [] if _matches(query, r["namespace"], r["name"], r["uid"], node)]
+    if candidates:
+        pod = _pick(query, [PodDir(r["namespace"], r["name"], r["uid"],
+                                   pod_log_dir(pod_logs_dir, r["namespace"], r["name"], r["uid"]))
+                            for r in candidates])
+        status = next(r for r in candidates if r["uid"] == pod.uid).get("status", {})
+        regular = list(status.get("containerStatuses", []))
+        init = list(status.get("initContainerStatuses", []))
+        if not regular:  # no status yet: the directories are all we know
+            return Target(pod, _container_dirs(pod.path), from_agent=True)
+        return Target(pod, tuple(cs["name"] for cs in regular), tuple(cs["name"] for cs in init),
+                      {cs["name"]: cs for cs in regular + init}, from_agent=True)
+    pod = _pick(query, [p for p in scan(pod_logs_dir) if _matches(query, p.namespace, p.name, p.uid, node)])
+    return Target(pod, _container_dirs(pod.path))
+
+
+def _container_dirs(pod_dir: Path) -> tuple[str, ...]:
+    try:
+        return tuple(sorted(e.name for e in os.scandir(pod_dir) if e.is_dir()))
+    except FileNotFoundError:
+        return ()
+
+
+def choose_container(target: Target, container: str | None) -> str:
+    """``-c`` or the pod's only container; the API server's messages otherwise."""
+    name = target.pod.name
+    if container:
+        if container not in target.containers and container not in target.init_containers:
+            raise LogsError(f"container {container} is not valid for pod {name}")
+        return container
+    if len(target.containers) == 1:
+        return target.containers[0]
+    if not target.containers:
+        raise LogsError(f"a container name must be specified for pod {name}")
+    message = f"a container name must be specified for pod {name}, choose one of: [{' '.join(target.containers)}]"
+    if target.init_containers:
+        message += f" or one of the init containers: [{' '.join(target.init_containers)}]"
+    raise LogsError(message)
+
+
+def log_file(target: Target, container: str, previous: bool = False) -> tuple[Path, int]:
+    """The live log file of the container's current instance (or of the one before it), and
+    that instance's restart count. The kubelet's messages when there is none."""
+    directory = target.pod.path / container
+    found = attempts(directory)
+    pod = target.pod.name
+    if not found:
+        waiting = target.statuses.get(container, {}).get("state", {}).get("waiting", {})
+        raise LogsError(f'container "{container}" in pod "{pod}" is waiting to start: '
+                        f'{waiting.get("reason") or "ContainerCreating"}')
+    attempt = found[-1]
+    if previous:
+        attempt -= 1
+        if attempt not in found:
+            raise LogsError(f'previous terminated container "{container}" in pod "{pod}" not found')
+    return directory / f"{attempt}.log", attempt
+
+
+def writer_alive(target: Target, container: str, attempt: int,
+                 fetch: Callable[[], Rows | None]) -> Callable[[], bool]:
+    """For ``follow``: False once the followed instance will write no more — a newer instance
+    has a log file, the pod's logs are gone, or the agent shows the instance not running (or
+    has forgotten the pod). Without an agent only the files can tell."""
+    directory = target.pod.path / container
+
+    def alive() -> bool:
+        found = attempts(directory)
+        if not found or found[-1] > attempt:
+            return False
+        rows = fetch()
+        if rows is None:
+            return True
+        row = next((r for r in rows if r["uid"] == target.pod.uid), None)
+        if row is None:
+            return not target.from_agent
+        status = row.get("status", {})
+        for cs in status.get("containerStatuses", []) + status.get("initContainerStatuses", []):
+            if cs.get("name") == container and cs.get("restartCount", 0) >= attempt:
+                return cs.get("restartCount") == attempt and "running" in cs.get("state", {})
+        return True
+
+    return alive
+
+
+__all__ = ["Joiner", "Line", "LogsError", "PodDir", "Record", "Target", "attempts", "choose_container", "find_pod",
+           "fixed_time", "follow", "join", "log_file", "parse_record", "parse_since", "parse_time", "pod_log_dir",
+           "read", "scan", "select", "writer_alive"]

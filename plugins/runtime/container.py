@@ -83,5 +83,11 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
         stdin=container.stdin,
         stdin_once=container.stdin_once,
         tty=container.tty,
-        linux=t.LinuxContainerConfig(resources=linux_resources(container)),
+        linux=t.LinuxContainerConfig(
+            resources=linux_resources(container),
+            # Unset, the runtime would put the container in the pod's PID namespace (POD = 0).
+            security_context=t.LinuxContainerSecurityContext(
+                namespace_options=t.NamespaceOption(network=t.NamespaceMode.POD, pid=t.NamespaceMode.CONTAINER,
+                                                    ipc=t.NamespaceMode.POD)),
+        ),
     )

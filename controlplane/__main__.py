@@ -14,7 +14,12 @@ import sys
 from pathlib import Path
 
 from controlplane import build as _build
-from controlplane.cluster import ControlPlane, ControlPlaneError, probe_running, stop_from_state
+from controlplane.cluster import (
+    ControlPlane,
+    ControlPlaneError,
+    probe_running,
+    stop_from_state,
+)
 
 DEFAULT_DIR = Path("/tmp/nodeagent-controlplane")
 EXIT_NOT_RUNNING = 3

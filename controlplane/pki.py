@@ -38,13 +38,16 @@ authorityKeyIdentifier = keyid
 
 
 def _openssl(*args: str, cwd: Path) -> None:
-    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True,
+                          check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"openssl {' '.join(args)} failed: {proc.stderr.strip()}")
 
 
 def _subject(cn: str, orgs: tuple[str, ...] = ()) -> str:
-    esc = lambda s: s.replace("\\", "\\\\").replace("/", "\\/")  # noqa: E731
+    def esc(s: str) -> str:
+        return s.replace("\\", "\\\\").replace("/", "\\/")
+
     return "".join(f"/O={esc(o)}" for o in orgs) + f"/CN={esc(cn)}"
 
 
@@ -136,7 +139,9 @@ class PKI:
 def write_kubeconfig(path: Path, *, server: str, ca: Path, client: KeyPair,
                      user: str, cluster: str = "nodeagent-test") -> Path:
     """A self-contained kubeconfig (certificates embedded); JSON, which is valid YAML."""
-    b64 = lambda p: base64.b64encode(Path(p).read_bytes()).decode()  # noqa: E731
+    def b64(p: Path) -> str:
+        return base64.b64encode(p.read_bytes()).decode()
+
     config = {
         "apiVersion": "v1",
         "kind": "Config",

@@ -16,6 +16,10 @@ import pytest
 
 from devenv import Containerd, build_images, ensure_packages
 
+# The real control plane (etcd, kube-apiserver, controller-manager, scheduler) as a session
+# fixture `control_plane`, shared by every module that asks for it.
+pytest_plugins = ["controlplane.pytest_plugin"]
+
 # Where the session's Containerd is kept for the report hook below.
 _ENV_KEY = pytest.StashKey[Containerd]()
 

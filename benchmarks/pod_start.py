@@ -11,10 +11,13 @@ What happens, for each size N (one busybox container per pod, ``sleep 3600``):
    (manifests parsed by ``nodeagent.sources.static.parse_manifest``, configs built by
    ``plugins.runtime.sandbox.sandbox_config`` and ``plugins.runtime.container.container_config``),
    at most ``--baseline-concurrency`` pods (default 16) in flight; nodeagent itself has no limit
-   (one worker per pod, all at once). Teardown mirrors the agent's calls: StopContainer with the
-   pod's grace period (issued for every pod at once, as the agent's workers do, since waiting out a
-   grace period is not runtime work; busybox ``sleep`` here exits on SIGTERM right away), then
-   StopPodSandbox, RemoveContainer, RemovePodSandbox under the in-flight limit.
+   (one worker per pod, all at once), so a second baseline with all N pods in flight runs too.
+   Teardown mirrors the agent's calls: StopContainer with the pod's grace period (issued for every
+   pod at once, as the agent's workers do: waiting out a grace period is not runtime work; when
+   ``sleep`` runs as its PID namespace's init it ignores SIGTERM and the grace is waited out), then
+   StopPodSandbox, RemoveContainer, RemovePodSandbox under the in-flight limit. The configs are
+   built with the same arguments the runtime stage passes today; if it starts passing more
+   (settings, additions), pass them here too, or the two stop doing the same work.
 2. **nodeagent**: a fresh ``python -m nodeagent run`` subprocess (its own node name, root and log
    dirs, a static pod dir, its local endpoint on a free loopback port); N manifests are written
    into the static pod dir, then removed.
@@ -90,9 +93,9 @@ def pct(values: Iterable[float], p: float) -> float | None:
     return data[max(math.ceil(len(data) * p / 100) - 1, 0)]
 
 
-def proc_cpu(pid: int) -> float:
-    """utime + stime of a whole process (all threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
+def proc_cpu(pid: int, tid: int | None = None) -> float:
+    """utime + stime of a whole process (all threads), or of one of its threads, in seconds."""
+    with open(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat") as f:
         text = f.read()
     fields = text[text.rfind(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
@@ -289,13 +292,23 @@ class Baseline:
         shutil.rmtree(self.logs_dir, ignore_errors=True)
 
 
-async def run_baseline(client: RuntimeClient, workdir: Path, n: int, image_ref: str, concurrency: int,
-                       grace: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Runtime:
+    """The run's private containerd, as the rounds need it."""
+
+    client: RuntimeClient
+    endpoint: str
+    pid: int  # containerd's, for its CPU time
+    image_ref: str  # the busybox image's id, as the agent's image step resolves it
+
+
+async def run_baseline(rt: Runtime, workdir: Path, n: int, concurrency: int, grace: int) -> dict[str, Any]:
+    client = rt.client
     node = f"base{uuid.uuid4().hex[:6]}"
-    baseline = Baseline(client, node, workdir / f"baseline-logs-{n}", image_ref, concurrency, grace)
+    baseline = Baseline(client, node, workdir / f"baseline-logs-{n}", rt.image_ref, concurrency, grace)
     pods = baseline.pods(n)
     expected = {p.pod.metadata.name: len(p.pod.spec.containers) for p in pods}
-    cd_pid = CONTAINERD_PID[0]
+    cd_pid = rt.pid
     cd0, m0 = proc_cpu(cd_pid), machine_cpu()
     t0 = time.monotonic()
     seen: dict[str, float] = {}
@@ -499,22 +512,24 @@ def breakdown(traces: dict[str, list[dict[str, Any]]], written: dict[str, float]
     return parts
 
 
-async def run_agent(client: RuntimeClient, workdir: Path, n: int, grace: int,
-                    profile: Path | None = None) -> dict[str, Any]:
-    agent = AgentProcess(workdir, devenv_endpoint(), max_pods=max(110, n), profile=profile)
+async def run_agent(rt: Runtime, workdir: Path, n: int, grace: int, profile: Path | None = None) -> dict[str, Any]:
+    client = rt.client
+    agent = AgentProcess(workdir, rt.endpoint, max_pods=max(110, n), profile=profile)
     try:
         await anyio.to_thread.run_sync(agent.start)
         await anyio.sleep(AGENT_SETTLE_SECONDS)
-        pid, cd_pid = agent.pid, CONTAINERD_PID[0]
+        pid, cd_pid = agent.pid, rt.pid
         mem_idle = proc_mem(pid)
-        cpu0, cd0, m0 = proc_cpu(pid), proc_cpu(cd_pid), machine_cpu()
         before = parse_metrics(agent.metrics())
+        cpu0, cd0, m0 = proc_cpu(pid), proc_cpu(cd_pid), machine_cpu()
+        loop0 = proc_cpu(pid, pid)  # the main thread runs the event loop
         expected = {f"bench-{i:03d}-{agent.node}": 1 for i in range(n)}
 
         t0_wall, t0 = time.time(), time.monotonic()
         written = agent.write_manifests(n, grace)
         seen = await poll_running(client, agent.node, expected, t0, start_timeout(n))
         cpu1, cd1, m1 = proc_cpu(pid), proc_cpu(cd_pid), machine_cpu()
+        loop1 = proc_cpu(pid, pid)
         mem_running = proc_mem(pid)
 
         after_start = parse_metrics(agent.metrics())
@@ -546,6 +561,7 @@ async def run_agent(client: RuntimeClient, workdir: Path, n: int, grace: int,
         "rss_end": mem_end["VmRSS"],
         "hwm": mem_end["VmHWM"],
         "cpu_start": cpu1 - cpu0,
+        "cpu_start_loop": loop1 - loop0,
         "cpu_teardown": cpu2 - cpu1,
         "containerd_cpu_start": cd1 - cd0,
         "containerd_cpu_teardown": cd2 - cd1,
@@ -560,15 +576,6 @@ async def run_agent(client: RuntimeClient, workdir: Path, n: int, grace: int,
 
 
 # --------------------------------------------------------------------------- the run
-
-CONTAINERD_PID: list[int] = [0]
-_ENDPOINT: list[str] = [""]
-
-
-def devenv_endpoint() -> str:
-    """The endpoint of the run's private containerd."""
-    return _ENDPOINT[0]
-
 
 def fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
@@ -606,13 +613,13 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         + f"whole run {meta['wall']:.0f} s.",
         "",
         ("**Start** (first manifest written / first call issued → every pod's container RUNNING in ListContainers, "
-        "polled every 50 ms). Per-pod = when that pod was first seen running, from the start. "
-        "Machine busy = average cores busy on the whole machine during the start phase (2.0 = saturated; "
-        "well above the runtime's and agent's own use means other load)."),
+         "polled every 50 ms). Per-pod = when that pod was first seen running, from the start. "
+         "Machine busy = average cores busy on the whole machine during the start phase (2.0 = saturated; "
+         "well above the runtime's and agent's own use means other load)."),
         "",
         ("| N | baseline s | nodeagent s | ratio | baseline pods/s | nodeagent pods/s "
-        "| baseline per-pod p50 / p95 s | nodeagent per-pod p50 / p95 s | nodeagent observed→PodStarted p50 / p95 s "
-        "| machine busy: baseline / nodeagent |"),
+         "| baseline per-pod p50 / p95 s | nodeagent per-pod p50 / p95 s | nodeagent observed→PodStarted p50 / p95 s "
+         "| machine busy: baseline / nodeagent |"),
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
@@ -629,11 +636,11 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines += [
             "",
             (f"**Baseline with all N pods in flight** (nodeagent has no in-flight limit: one worker per pod, all at "
-            f"once), next to the baseline with {c} in flight."),
+             f"once), next to the baseline with {c} in flight."),
             "",
             (f"| N | baseline ({c}) s | baseline (N) s | nodeagent s | nodeagent / baseline (N) "
-            f"| baseline ({c}) per-pod p50 / p95 s | baseline (N) per-pod p50 / p95 s | nodeagent per-pod p50 / p95 s "
-            f"| teardown: baseline ({c}) / baseline (N) / nodeagent s |"),
+             f"| baseline ({c}) per-pod p50 / p95 s | baseline (N) per-pod p50 / p95 s | nodeagent per-pod p50 / p95 s "
+             f"| teardown: baseline ({c}) / baseline (N) / nodeagent s |"),
             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in unbounded:
@@ -658,23 +665,28 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
     def relists(h: dict[str, Any]) -> str:
         mean = 1000 * h["mean"] if h["mean"] is not None else None
-        return f"{h['count']}, {fmt(mean, 0)}, ≤{h['max_le'] if h['max_le'] is not None else '+Inf'}, {fmt(h['sum'], 1)}" if h["count"] else "0"
+        if not h["count"]:
+            return "0"
+        top = h["max_le"] if h["max_le"] is not None else "+Inf"
+        return f"{h['count']}, {fmt(mean, 0)}, ≤{top}, {fmt(h['sum'], 1)}"
 
     lines += [
         "",
         ("**nodeagent process** (a `python -m nodeagent run` subprocess per size and repetition, read from "
-        "/proc/PID/status and /proc/PID/stat), containerd's CPU during the start phase, and the agent's relists "
-        "(kubelet_pleg_relist_duration_seconds: count, mean ms, max bucket s, total s)."),
+         "/proc/PID/status and /proc/PID/stat), containerd's CPU during the start phase, and the agent's relists "
+         "(kubelet_pleg_relist_duration_seconds: count, mean ms, max bucket s, total s)."),
         "",
-        ("| N | RSS idle MiB | RSS N running MiB | VmHWM MiB | CPU s start | CPU ms/pod start | CPU s teardown "
-        "| containerd CPU s start: baseline / nodeagent | relists during start | relists during teardown |"),
+        ("| N | RSS idle MiB | RSS N running MiB | VmHWM MiB | CPU s start (event-loop thread) | CPU ms/pod start "
+         "| CPU s teardown | containerd CPU s start: baseline / nodeagent | relists during start "
+         "| relists during teardown |"),
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         b, a, n = r["baseline"], r["agent"], r["n"]
         lines.append(
             f"| {n} | {fmt(a['rss_idle'] / MiB, 1)} | {fmt(a['rss_running'] / MiB, 1)} | {fmt(a['hwm'] / MiB, 1)} | "
-            f"{fmt(a['cpu_start'])} | {fmt(1000 * a['cpu_start'] / n, 1)} | {fmt(a['cpu_teardown'])} | "
+            f"{fmt(a['cpu_start'])} ({fmt(a['cpu_start_loop'])}) | {fmt(1000 * a['cpu_start'] / n, 1)} | "
+            f"{fmt(a['cpu_teardown'])} | "
             f"{fmt(b['containerd_cpu_start'])} / {fmt(a['containerd_cpu_start'])} | "
             f"{relists(a['relist_start'])} | {relists(a['relist_teardown'])} |"
         )
@@ -708,8 +720,6 @@ async def run(sizes: Sequence[int], concurrency: int, grace: int, repeat: int, k
     try:
         env.start()
         env.import_images(archives)
-        CONTAINERD_PID[0] = env.pid() or 0
-        _ENDPOINT[0] = env.endpoint
         print(f"containerd {env.endpoint} (log {env.log_path}); work dir {workdir}", file=sys.stderr)
         async with RuntimeClient(env.endpoint) as client:
             info = client.runtime_version
@@ -717,8 +727,9 @@ async def run(sizes: Sequence[int], concurrency: int, grace: int, repeat: int, k
             image = await client.image_status(devenv.BUSYBOX_IMAGE)
             if image is None:
                 raise RuntimeError(f"{devenv.BUSYBOX_IMAGE} is not in the runtime")
+            rt = Runtime(client, env.endpoint, env.pid() or 0, image.id)
             # Warm-up (untimed): the first sandbox pays for first-use costs in containerd and the CNI.
-            await run_baseline(client, workdir, 1, image.id, concurrency, grace)
+            await run_baseline(rt, workdir, 1, concurrency, grace)
             for n in sizes:
                 reps = []
                 for k in range(repeat):
@@ -729,15 +740,19 @@ async def run(sizes: Sequence[int], concurrency: int, grace: int, repeat: int, k
                     order = ["baseline", "agent"] + (["baseline_all"] if unbounded and n > concurrency else [])
                     for who in (order if k % 2 == 0 else order[::-1]):
                         if who == "baseline":
-                            rec[who] = await run_baseline(client, workdir, n, image.id, concurrency, grace)
+                            rec[who] = await run_baseline(rt, workdir, n, concurrency, grace)
                         elif who == "baseline_all":
-                            rec[who] = await run_baseline(client, workdir, n, image.id, n, grace)
+                            rec[who] = await run_baseline(rt, workdir, n, n, grace)
                         else:
-                            rec[who] = await run_agent(client, workdir, n, grace, prof)
+                            rec[who] = await run_agent(rt, workdir, n, grace, prof)
                         print(f"{tag}: {who} start {rec[who]['start_seconds']:.2f}s "
                               f"teardown {rec[who]['teardown_seconds']:.2f}s", file=sys.stderr, flush=True)
                     reps.append(rec)
                 results.append(merge(reps))
+    except BaseException:
+        keep = True  # the agent's and containerd's logs are what explains a failure
+        print(f"failed; logs kept in {workdir}", file=sys.stderr)
+        raise
     finally:
         env.stop()
         if not keep:

@@ -43,6 +43,23 @@ COMPONENTS: dict[str, str] = {
     "etcd": "./cmd/etcd",
 }
 
+# Built only when named (`python -m controlplane build e2e.test agnhost`):
+# the upstream e2e test binary and agnhost, for the upstream node-conformance
+# run (conformance/e2e). They come from a second Go module, conformance/k8s/e2e,
+# that pins the same k8s.io/kubernetes version: its dependency set is much
+# larger, and keeping it out of ../go.mod leaves the stamps above untouched.
+# name -> (module dir, Go package, "test" for `go test -c` | "build").
+E2E_MODULE = GO_MODULE / "e2e"
+EXTRA_COMPONENTS: dict[str, tuple[Path, str, str]] = {
+    "e2e.test": (E2E_MODULE, "k8s.io/kubernetes/test/e2e", "test"),
+    "agnhost": (E2E_MODULE, "k8s.io/kubernetes/test/images/agnhost", "build"),
+    "nonewprivs": (E2E_MODULE, "k8s.io/kubernetes/test/images/nonewprivs", "build"),
+    # the ginkgo CLI, for parallel runs (`ginkgo --nodes N e2e.test -- ...`)
+    "ginkgo": (E2E_MODULE, "github.com/onsi/ginkgo/v2/ginkgo", "build"),
+    # the upstream kubelet: the baseline node of `python -m conformance.e2e run --node kubelet`
+    "kubelet": (E2E_MODULE, "k8s.io/kubernetes/cmd/kubelet", "build"),
+}
+
 # Go's own compiler/linker peak for these packages is about 2-3 GiB per job
 # (the kube-apiserver link is the largest); one job per core otherwise.
 _GIB_PER_JOB = 3
@@ -92,12 +109,13 @@ def _go_version(env: dict[str, str]) -> str:
     return out.stdout.strip()
 
 
-def _check_pin() -> None:
-    text = (GO_MODULE / "go.mod").read_text()
+def _check_pin(module: Path = GO_MODULE) -> None:
+    text = (module / "go.mod").read_text()
     m = re.search(r"^require k8s\.io/kubernetes (v\S+)", text, re.MULTILINE) or \
         re.search(r"^\s+k8s\.io/kubernetes (v\S+)", text, re.MULTILINE)
     if not m or m.group(1) != K8S_VERSION:
-        raise BuildError(f"conformance/k8s/go.mod does not pin k8s.io/kubernetes {K8S_VERSION}")
+        rel = (module / "go.mod").relative_to(REPO)
+        raise BuildError(f"{rel} does not pin k8s.io/kubernetes {K8S_VERSION}")
 
 
 def ldflags(version: str = K8S_VERSION) -> str:
@@ -117,6 +135,8 @@ def ldflags(version: str = K8S_VERSION) -> str:
 
 
 def _stamp(name: str, go_version: str, version: str) -> str:
+    if name in EXTRA_COMPONENTS:
+        return _extra_stamp(name, go_version, version)
     h = hashlib.sha256()
     for rel in ("go.mod", "go.sum"):
         h.update((GO_MODULE / rel).read_bytes())
@@ -124,6 +144,16 @@ def _stamp(name: str, go_version: str, version: str) -> str:
         h.update(str(path.relative_to(GO_MODULE)).encode())
         h.update(path.read_bytes())
     h.update(f"{name}\0{COMPONENTS[name]}\0{go_version}\0{ldflags(version)}\0trimpath".encode())
+    return h.hexdigest()
+
+
+def _extra_stamp(name: str, go_version: str, version: str) -> str:
+    module, pkg, kind = EXTRA_COMPONENTS[name]
+    h = hashlib.sha256()
+    for path in sorted([module / "go.mod", module / "go.sum", *module.glob("*.go")]):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    h.update(f"{name}\0{pkg}\0{kind}\0{go_version}\0{ldflags(version)}\0trimpath".encode())
     return h.hexdigest()
 
 
@@ -164,13 +194,15 @@ def build(names: list[str] | None = None, *, version: str = K8S_VERSION,
     if version != K8S_VERSION:
         raise BuildError(f"only {K8S_VERSION} is pinned in conformance/k8s/go.mod")
     names = list(names or COMPONENTS)
-    unknown = [n for n in names if n not in COMPONENTS]
+    unknown = [n for n in names if n not in COMPONENTS and n not in EXTRA_COMPONENTS]
     if unknown:
         raise BuildError(f"unknown component(s): {', '.join(unknown)}; "
-                         f"known: {', '.join(COMPONENTS)}")
+                         f"known: {', '.join([*COMPONENTS, *EXTRA_COMPONENTS])}")
     if shutil.which("go") is None:
         raise BuildError("go is not on PATH (see ../shared/ENVIRONMENT.md)")
     _check_pin()
+    if any(n in EXTRA_COMPONENTS for n in names):
+        _check_pin(E2E_MODULE)
     env = go_env()
     go_version = _go_version(env)
     out_dir = bin_dir(version)
@@ -200,11 +232,13 @@ def _build_locked(names: list[str], version: str, force: bool, env: dict[str, st
             results.append(Result(name, dest, False, 0.0))
             continue
         tmp = dest.with_name(f".{name}.tmp.{os.getpid()}")
-        cmd = ["go", "build", f"-p={p}", "-trimpath", f"-ldflags={ldflags(version)}",
-               "-o", str(tmp), COMPONENTS[name]]
+        module, pkg, kind = EXTRA_COMPONENTS.get(name) or (GO_MODULE, COMPONENTS[name], "build")
+        verb = ["test", "-c"] if kind == "test" else ["build"]
+        cmd = ["go", *verb, f"-p={p}", "-trimpath", f"-ldflags={ldflags(version)}",
+               "-o", str(tmp), pkg]
         _log(f"{name}: building ({go_version}, -p={p}) ...")
         t0 = time.monotonic()
-        proc = subprocess.run(cmd, cwd=GO_MODULE, env=env, check=False)
+        proc = subprocess.run(cmd, cwd=module, env=env, check=False)
         dt = time.monotonic() - t0
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
@@ -229,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m controlplane build",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("components", nargs="*", help=f"default: all of {', '.join(COMPONENTS)}")
+    parser.add_argument("components", nargs="*",
+                        help=f"default: all of {', '.join(COMPONENTS)}; "
+                             f"on request only: {', '.join(EXTRA_COMPONENTS)}")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     parser.add_argument("--print-dir", action="store_true",
                         help="only print the bin directory and exit")

@@ -16,6 +16,22 @@ from nodeagent.stash import Stash, StashKey
 ALL_CONTAINERS = "*"
 
 
+@dataclass(frozen=True)
+class ApiEnv:
+    """What a container's environment takes from the API (envFrom, configMapKeyRef,
+    secretKeyRef), read by the apivolumes stage so that the env builder stays a pure function
+    (plugins/runtime/env.py container_env)."""
+
+    env_from: dict[str, str] = field(default_factory=dict)
+    """envFrom merged in order, prefixes applied; the container's env entries override it."""
+    values: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    """("ConfigMap" | "Secret", object name, key) → value. A reference absent here was
+    optional and its object or key missing: the variable is not set (the kubelet's rule)."""
+    error: str = ""
+    """A required object or key is missing (or could not be read): the kubelet's message; the
+    container cannot be created (CreateContainerConfigError) until it is resolved."""
+
+
 @dataclass
 class ContainerAdditions:
     mounts: list[t.Mount] = field(default_factory=list)
@@ -23,6 +39,8 @@ class ContainerAdditions:
     cdi_devices: list[t.CDIDevice] = field(default_factory=list)
     envs: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    api_env: ApiEnv | None = None
+    """None: nothing was read from the API for this container (standalone mode)."""
     contributed_by: set[str] = field(default_factory=set)
 
 
@@ -43,6 +61,8 @@ def additions_for(stash: Stash, container: str) -> ContainerAdditions:
         merged.cdi_devices.extend(part.cdi_devices)
         merged.envs.update(part.envs)
         merged.annotations.update(part.annotations)
+        if part.api_env is not None:
+            merged.api_env = part.api_env
         merged.contributed_by |= part.contributed_by
     return merged
 

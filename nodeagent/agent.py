@@ -23,18 +23,23 @@ from cri import CriError, RuntimeClient
 from nodeagent import events as ev
 from nodeagent import quantity
 from nodeagent.admission import AdmissionCycle
+from nodeagent.apiclient import make_api_client
 from nodeagent.bus import TOPOLOGY, Bus
+from nodeagent.claims import ClaimStore
 from nodeagent.clock import Clock, SystemClock
+from nodeagent.cluster import ClusterMode
 from nodeagent.config import AgentConfig
 from nodeagent.dispatcher import Dispatcher
 from nodeagent.endpoint import Routes, serve
+from nodeagent.kubeletserver import KubeletServer
+from nodeagent.kubeletserver import enabled as kubelet_server_enabled
 from nodeagent.lifecycle import PodState
 from nodeagent.metrics import Metrics
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline, load
 from nodeagent.sources.static import StaticPodSource
 from nodeagent.stages import NodeInfo
-from nodeagent.status import FileSink, StatusWriter
+from nodeagent.status import FileSink, StatusSink, StatusWriter
 from nodeagent.trace import Trace
 from nodeagent.worker import Services
 
@@ -75,6 +80,10 @@ class Handle:
     node: NodeInfo
     config: AgentConfig
     bus: Bus
+    claims: ClaimStore
+    """The ResourceClaims the sources know (read by the dra stage)."""
+    api: Any = None
+    """The API client (lightkube AsyncClient) in cluster mode; None when standalone."""
 
     @property
     def settings(self) -> AgentConfig:
@@ -89,8 +98,9 @@ class Agent:
         self.config = config
         self.verbose = verbose
         self.clock = clock or SystemClock()
-        self.bus = Bus(TOPOLOGY)
+        self.bus = Bus(TOPOLOGY, cluster=config.kubeconfig is not None)
         self.runtime = RuntimeClient(config.container_runtime_endpoint, timeout=config.runtime_request_timeout)
+        self.api: Any = make_api_client(config.kubeconfig) if config.kubeconfig else None
         self.node = NodeInfo(
             name=config.node_name,
             ip=config.node_ip,
@@ -101,20 +111,41 @@ class Agent:
         self.trace = Trace(config.trace_file)
         self.relister = Relister(self.runtime, config.node_name, self.bus.publish,
                                  on_relist=self.metrics.relist.observe)
-        self.status = StatusWriter([FileSink(config.root_dir / "pod-status")], host_ip=config.node_ip)
+        # Cluster mode: Node, Lease, API pod source, API status sink, mirror pods, Events.
+        self.cluster = (ClusterMode(self.api, config, self.node, self.runtime, self.relister, self.bus, self.clock,
+                                    kubelet_port=lambda: getattr(self.kubelet_server, "port", None) or config.port)
+                        if self.api is not None else None)
+        sinks: list[StatusSink] = [FileSink(config.root_dir / "pod-status")]
+        if self.cluster is not None:
+            sinks.append(self.cluster.status_sink)
+        self.status = StatusWriter(sinks, host_ip=config.node_ip)
+        self.claims = ClaimStore()
         self.pipeline: Pipeline | None = None
         self.dispatcher: Dispatcher | None = None
         self.endpoint_port: int | None = None
+        self.kubelet_server: KubeletServer | None = None
+        """The kubelet API (its ``port`` is where it listens, once it does)."""
         self.ready = anyio.Event()
 
     def load_pipeline(self) -> Pipeline:
-        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus)
+        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.claims, api=self.api)
         pipeline, warnings = load(self.config.profile, self.config.plugins, handle)
         for warning in warnings:
             log.warning(warning)
         return pipeline
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[Agent] = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await self._run(task_status=task_status)
+        finally:
+            # Close the clients the agent opened: a grpc.aio channel left open keeps its poller
+            # delivering into an event loop that may be gone ("Event loop is closed").
+            with anyio.CancelScope(shield=True):
+                await self.runtime.close()
+                if self.api is not None:
+                    await self.api.close()
+
+    async def _run(self, *, task_status: anyio.abc.TaskStatus[Agent]) -> None:
         self.pipeline = self.load_pipeline()
         log.info("stage order resolved", **{k: ",".join(v) or "-" for k, v in self.pipeline.as_dict().items()})
         self.config.root_dir.mkdir(parents=True, exist_ok=True)
@@ -122,12 +153,18 @@ class Agent:
             tg.start_soon(self._eventlog, self.bus.stream("eventlog"), name="eventlog")
             tg.start_soon(self.trace.run, self.bus.stream("trace"), name="trace")
             tg.start_soon(self.metrics.run, self.bus.stream("metrics"), name="metrics")
+            if self.cluster is not None:
+                await self.cluster.start(tg)  # registers the Node even while the runtime is down
             await self._connect_runtime()
             await tg.start(self.relister.run, name="pleg")
             await tg.start(self.status.run, name="status")
+            for stage in self.pipeline.stages.values():
+                node_task = getattr(stage, "run", None)  # a stage's node-level task (dra: plugin watcher)
+                if node_task is not None:
+                    await tg.start(node_task, name=f"stage:{stage.name}")
             services = Services(
                 runtime=self.runtime, clock=self.clock, node=self.node, settings=self.config,
-                relister=self.relister, status=self.status, publish=self.bus.publish,
+                relister=self.relister, status=self.status, publish=self.bus.publish, api=self.api,
                 admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,
                 root_dir=self.config.root_dir,
                 observe_stage_time=lambda stage, phase, s: self.metrics.stage.observe(s, stage, phase),
@@ -138,13 +175,21 @@ class Agent:
             self._register_gauges()
             if self.config.healthz_port:
                 self.endpoint_port = await tg.start(self._serve, name="endpoint")
+            if kubelet_server_enabled(self.config):
+                self.kubelet_server = KubeletServer(self.config, status=self.status, relister=self.relister,
+                                                    runtime=self.runtime, healthz=self.healthz)
+                await tg.start(self.kubelet_server.run, name="kubelet-server")
             wanted: set[str] = set()
             if self.config.static_pod_path is not None:
                 source = StaticPodSource(self.config.static_pod_path, self.config.node_name, self.bus.publish,
-                                         full_rescan_seconds=self.config.file_check_frequency)
+                                         full_rescan_seconds=self.config.file_check_frequency, claims=self.claims)
                 await tg.start(source.run, name="source:file")
                 wanted |= source.wanted()
+            if self.cluster is not None:
+                wanted |= await self.cluster.start_source(tg)
             await self._replay(wanted)
+            if self.cluster is not None:
+                self.cluster.replayed()
             self.ready.set()
             task_status.started(self)
 
@@ -210,7 +255,9 @@ class Agent:
         return rows
 
     def plugins_info(self) -> dict[str, Any]:
-        return {"order": self.pipeline.as_dict() if self.pipeline else {}}
+        stages = self.pipeline.stages if self.pipeline else {}
+        return {"order": self.pipeline.as_dict() if self.pipeline else {},
+                "stages": {n: s.describe() for n, s in stages.items() if hasattr(s, "describe")}}
 
     def _register_gauges(self) -> None:
         def running() -> float:

@@ -31,6 +31,8 @@ class Subscriber:
     name: str
     kinds: frozenset[str]
     why: str
+    cluster_only: bool = False
+    """Only subscribed in cluster mode (a standalone agent has nobody to read the stream)."""
 
     def wants(self, kind: str) -> bool:
         return self.kinds is ALL or "*" in self.kinds or kind in self.kinds
@@ -47,7 +49,7 @@ class Topology:
             lines.append(f"  {p.name:<12} {', '.join(sorted(p.kinds))}")
         lines.append("subscribers:")
         for s in self.subscribers:
-            lines.append(f"  {s.name:<12} {', '.join(sorted(s.kinds))}")
+            lines.append(f"  {s.name:<12} {', '.join(sorted(s.kinds))}" + ("  (cluster mode)" if s.cluster_only else ""))
         return "\n".join(lines)
 
 
@@ -96,6 +98,17 @@ TOPOLOGY = Topology(
         Subscriber("trace", ALL, "keeps each pod's causal chain for `nodeagent trace`"),
         Subscriber("metrics", ALL, "counts and times what happens for /metrics"),
         Subscriber("eventlog", ALL, "writes every fact as a structured log line"),
+        Subscriber(
+            "kubeevents", ALL,
+            "turns facts into the kubelet's core/v1 Events (Pulled, Created, Started, Killing, BackOff, "
+            "Unhealthy, ...); stage-defined kinds included, hence every kind",
+            cluster_only=True,
+        ),
+        Subscriber(
+            "mirrors", frozenset({"PodSpecObserved", "PodDeletionRequested"}),
+            "keeps a mirror pod in the API for every static pod",
+            cluster_only=True,
+        ),
     ),
 )
 
@@ -111,10 +124,14 @@ class _Outlet:
 class Bus:
     topology: Topology = TOPOLOGY
     capacity: int = 1024
+    cluster: bool = False
+    """Cluster mode: the cluster-only subscribers get their streams too."""
     _outlets: dict[str, _Outlet] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for sub in self.topology.subscribers:
+            if sub.cluster_only and not self.cluster:
+                continue
             send, receive = anyio.create_memory_object_stream[Event](self.capacity)
             self._outlets[sub.name] = _Outlet(sub, send, receive)
 

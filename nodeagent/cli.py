@@ -18,6 +18,7 @@ from nodeagent import __version__
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="YAML configuration file (KubeletConfiguration-style field names)")
     p.add_argument("--static-pod-path", dest="staticPodPath", type=Path)
+    p.add_argument("--kubeconfig", dest="kubeconfig", type=Path, help="join a cluster as a node")
     p.add_argument("--container-runtime-endpoint", dest="containerRuntimeEndpoint")
     p.add_argument("--node-name", dest="nodeName")
     p.add_argument("--node-ip", dest="nodeIP")
@@ -30,7 +31,7 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="also log every bus event")
 
 
-_OVERRIDES = ("staticPodPath", "containerRuntimeEndpoint", "nodeName", "nodeIP", "rootDir", "podLogsDir",
+_OVERRIDES = ("staticPodPath", "kubeconfig", "containerRuntimeEndpoint", "nodeName", "nodeIP", "rootDir", "podLogsDir",
               "maxPods", "healthzPort", "logFormat", "traceFile")
 
 
@@ -90,7 +91,20 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         print(f"\nerror: the profile names plugins that are not installed: {missing}", file=sys.stderr)
         return 1
     _ = CONFIGURABLE
+    live = _running_stages(config)
+    if live:  # what the stages of a running agent report (dra: registered drivers, prepared claims)
+        print(f"\nrunning agent at {config.endpoint_url}:")
+        for name, report in sorted(live.items()):
+            print(f"  {name}: " + json.dumps(report, indent=2, sort_keys=True).replace("\n", "\n  "))
     return 0
+
+
+def _running_stages(config: Any) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(f"{config.endpoint_url}/plugins", timeout=2) as resp:
+            return dict(json.loads(resp.read()).get("stages") or {})
+    except (OSError, ValueError):  # no agent running: the installed plugins are all there is to show
+        return {}
 
 
 def cmd_phases(args: argparse.Namespace) -> int:

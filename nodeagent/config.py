@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from nodeagent import quantity
@@ -24,12 +31,51 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message names the file, the field and why."""
 
 
+class X509Authentication(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    client_ca_file: Path | None = Field(default=None, alias="clientCAFile")
+    """Clients of the kubelet API must present a certificate signed by this CA (the API
+    server's --kubelet-client-certificate); unset: any TLS client is served."""
+
+
+class KubeletAuthentication(BaseModel):
+    """The kubelet's ``authentication`` section (only x509 is honoured)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    x509: X509Authentication = Field(default_factory=lambda: X509Authentication())
+
+
 class AgentConfig(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
     node_name: str = Field(default_factory=lambda: socket.gethostname().lower())
     node_ip: str = "127.0.0.1"
     static_pod_path: Path | None = None
+    kubeconfig: Path | None = None
+    """Cluster mode: the node's kubeconfig (the kubelet's --kubeconfig). None: standalone."""
+    port: int = Field(default=10250, ge=0, le=65535)
+    """The kubelet API port (HTTPS), published as the Node's daemonEndpoints.kubeletEndpoint."""
+    enable_server: bool | None = None
+    """Serve the kubelet API (nodeagent/kubeletserver) on ``address:port``. None (default): in
+    cluster mode only, so a standalone agent needs no certificate and leaves 10250 alone."""
+    address: str = "0.0.0.0"
+    """The kubelet API's bind address (the kubelet's ``address``)."""
+    tls_cert_file: Path | None = None
+    """The kubelet API's serving certificate; unset (with tlsPrivateKeyFile): a self-signed one
+    is made under ``rootDir/pki`` at start, as the kubelet does."""
+    tls_private_key_file: Path | None = None
+    authentication: KubeletAuthentication = Field(default_factory=lambda: KubeletAuthentication())
+    kube_api_qps: float = Field(default=50.0, gt=0, alias="kubeAPIQPS")
+    """Client-side rate of API writes (pod status, mirror pods, Events), as the kubelet's."""
+    kube_api_burst: int = Field(default=100, ge=1, alias="kubeAPIBurst")
+    node_status_update_frequency: float = Field(default=10.0, gt=0)
+    """Seconds between node status computations; a change is written at once."""
+    node_status_report_frequency: float = Field(default=300.0, gt=0)
+    """Seconds after which an unchanged node status is written anyway (lastHeartbeatTime)."""
+    node_lease_duration_seconds: int = Field(default=40, ge=1)
+    """The Lease's duration; it is renewed every quarter of it (the kubelet's 40 s / 10 s)."""
     container_runtime_endpoint: str = "unix:///run/containerd/containerd.sock"
     runtime_request_timeout: float = 120.0
     """Seconds per CRI call (the kubelet's runtimeRequestTimeout, 2m)."""
@@ -63,6 +109,13 @@ class AgentConfig(BaseModel):
     """The DNS domain of pod FQDNs (``<hostname>.<subdomain>.<ns>.svc.<clusterDomain>``)."""
     cluster_dns: list[str] = Field(default_factory=list, alias="clusterDNS")
     """Nameservers of dnsPolicy ClusterFirst; empty: ClusterFirst falls back to Default."""
+    plugins_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    """Where kubelet plugins (DRA drivers) put their registration sockets (the kubelet's path)."""
+    cdi_spec_dirs: list[Path] = Field(default_factory=lambda: [Path("/etc/cdi"), Path("/var/run/cdi")])
+    """CDI spec directories, lowest priority first (a device in a later one overrides), as
+    containerd's cdi_spec_dirs; read by the dra stage for runtimes that do not resolve CDI."""
+    dra_checkpoint_file: Path | None = None
+    """The prepared ResourceClaims, kept across restarts; default ``<rootDir>/dra_manager_state``."""
     log_format: Literal["console", "json"] = "console"
     trace_file: Path | None = None
     profile: dict[str, list[str]] = Field(default_factory=lambda: {k: list(v) for k, v in DEFAULT_PROFILE.items()})
@@ -76,12 +129,22 @@ class AgentConfig(BaseModel):
             raise ValueError(f"unknown phase(s) {sorted(unknown)}; configurable phases are {list(CONFIGURABLE)}")
         return value
 
+    @model_validator(mode="after")
+    def _tls_pair(self) -> AgentConfig:
+        if (self.tls_cert_file is None) != (self.tls_private_key_file is None):
+            raise ValueError("tlsCertFile and tlsPrivateKeyFile must be set together (or neither: self-signed)")
+        return self
+
     @field_validator("container_log_max_size")
     @classmethod
     def _log_size_quantity(cls, value: str) -> str:
         if quantity.bytes_(value) <= 0:  # raises ValueError with the quantity on bad syntax
             raise ValueError(f"containerLogMaxSize must be greater than 0, got {value!r}")
         return value
+
+    @property
+    def dra_checkpoint_path(self) -> Path:
+        return self.dra_checkpoint_file or self.root_dir / "dra_manager_state"
 
     @property
     def endpoint_url(self) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 Quantity = str | int | float
@@ -35,9 +35,60 @@ class ObjectMeta(_ApiModel):
     owner_references: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class ObjectFieldSelector(_ApiModel):
+    api_version: str = "v1"
+    field_path: str
+
+
+class ResourceFieldSelector(_ApiModel):
+    container_name: str = ""
+    resource: str
+    divisor: Quantity | None = None
+
+
+class ConfigMapKeySelector(_ApiModel):
+    name: str = ""
+    key: str
+    optional: bool = False
+
+
+class SecretKeySelector(_ApiModel):
+    name: str = ""
+    key: str
+    optional: bool = False
+
+
+class EnvVarSource(_ApiModel):
+    # The downward API is resolved by the node alone; configMapKeyRef/secretKeyRef are read
+    # from the API by plugins/apivolumes (standalone: reported unhonoured by that stage).
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+    config_map_key_ref: ConfigMapKeySelector | None = None
+    secret_key_ref: SecretKeySelector | None = None
+
+
+class ConfigMapEnvSource(_ApiModel):
+    name: str = ""
+    optional: bool = False
+
+
+class SecretEnvSource(_ApiModel):
+    name: str = ""
+    optional: bool = False
+
+
+class EnvFromSource(_ApiModel):
+    """envFrom[]: every key of a configMap or secret as a variable (plugins/apivolumes)."""
+
+    prefix: str = ""
+    config_map_ref: ConfigMapEnvSource | None = None
+    secret_ref: SecretEnvSource | None = None
+
+
 class EnvVar(_ApiModel):
     name: str
     value: str = ""
+    value_from: EnvVarSource | None = None
 
 
 class ContainerPort(_ApiModel):
@@ -48,18 +99,148 @@ class ContainerPort(_ApiModel):
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
 
 
+class ResourceClaimRef(_ApiModel):
+    """A container's use of one of the pod's resourceClaims (resources.claims[]): the CDI devices
+    of that claim (of one ``request`` of it when set) are given to the container (plugins/dra)."""
+
+    name: str
+    request: str = ""
+
+
 class ResourceRequirements(_ApiModel):
     limits: dict[str, Quantity] = Field(default_factory=dict)
     requests: dict[str, Quantity] = Field(default_factory=dict)
+    claims: list[ResourceClaimRef] = Field(default_factory=list)
+
+
+class ExecAction(_ApiModel):
+    command: list[str] = Field(default_factory=list)
+
+
+class HTTPHeader(_ApiModel):
+    name: str
+    value: str = ""
+
+
+class HTTPGetAction(_ApiModel):
+    path: str = ""
+    port: int | str
+    """A number, or the name of one of the container's ports."""
+    host: str = ""
+    scheme: Literal["HTTP", "HTTPS"] = "HTTP"
+    http_headers: list[HTTPHeader] = Field(default_factory=list)
+
+
+class TCPSocketAction(_ApiModel):
+    port: int | str
+    host: str = ""
+
+
+class GRPCAction(_ApiModel):
+    port: int = Field(ge=1, le=65535)
+    service: str = ""
+
+
+# core/v1 defaulting: an unset (zero) value gets the default.
+_PROBE_DEFAULTS = {"period_seconds": 10, "timeout_seconds": 1, "success_threshold": 1, "failure_threshold": 3}
+
+
+class Probe(_ApiModel):
+    exec: ExecAction | None = None
+    http_get: HTTPGetAction | None = None
+    tcp_socket: TCPSocketAction | None = None
+    grpc: GRPCAction | None = None
+    initial_delay_seconds: int = Field(default=0, ge=0)
+    period_seconds: int = Field(default=10, ge=0)
+    timeout_seconds: int = Field(default=1, ge=0)
+    success_threshold: int = Field(default=1, ge=0)
+    failure_threshold: int = Field(default=3, ge=0)
+    termination_grace_period_seconds: int | None = Field(default=None, gt=0)
+
+    @field_validator("period_seconds", "timeout_seconds", "success_threshold", "failure_threshold")
+    @classmethod
+    def _default_when_zero(cls, value: int, info: Any) -> int:
+        return value or _PROBE_DEFAULTS[info.field_name]
+
+    @model_validator(mode="after")
+    def _one_handler(self) -> Probe:
+        # API validation: exactly one handler per probe.
+        handlers = [h for h in (self.exec, self.http_get, self.tcp_socket, self.grpc) if h is not None]
+        if len(handlers) != 1:
+            raise ValueError("a probe must specify exactly one of exec, httpGet, tcpSocket, grpc")
+        return self
+
+
+class Capabilities(_ApiModel):
+    add: list[str] = Field(default_factory=list)
+    drop: list[str] = Field(default_factory=list)
+
+
+class SecurityProfile(_ApiModel):
+    """seccompProfile and appArmorProfile have the same shape."""
+
+    type: Literal["RuntimeDefault", "Unconfined", "Localhost"]
+    localhost_profile: str | None = None
+
+
+class SecurityContext(_ApiModel):
+    capabilities: Capabilities | None = None
+    privileged: bool | None = None
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    run_as_non_root: bool | None = None
+    read_only_root_filesystem: bool | None = None
+    allow_privilege_escalation: bool | None = None
+    proc_mount: Literal["Default", "Unmasked"] | None = None
+    seccomp_profile: SecurityProfile | None = None
+    app_armor_profile: SecurityProfile | None = None
+
+
+class VolumeMount(_ApiModel):
+    name: str
+    mount_path: str
+    read_only: bool = False
+    sub_path: str = ""
+    sub_path_expr: str = ""
+    mount_propagation: Literal["None", "HostToContainer", "Bidirectional"] | None = None
+
+
+class SleepAction(_ApiModel):
+    seconds: int = Field(ge=0)
+
+
+class LifecycleHandler(_ApiModel):
+    exec: ExecAction | None = None
+    http_get: HTTPGetAction | None = None
+    sleep: SleepAction | None = None
+    tcp_socket: TCPSocketAction | None = None
+    """Accepted by the API for compatibility; like the kubelet, running it fails the hook."""
+
+    @model_validator(mode="after")
+    def _one_handler(self) -> LifecycleHandler:
+        if sum(h is not None for h in (self.exec, self.http_get, self.sleep, self.tcp_socket)) != 1:
+            raise ValueError("a lifecycle handler must specify exactly one of exec, httpGet, sleep, tcpSocket")
+        return self
+
+
+class Lifecycle(_ApiModel):
+    post_start: LifecycleHandler | None = None
+    pre_stop: LifecycleHandler | None = None
 
 
 class Container(_ApiModel):
     name: str
     image: str
+    lifecycle: Lifecycle | None = None
+    restart_policy: Literal["Always"] | None = None
+    """Only on init containers: "Always" makes it a sidecar (a restartable init container)."""
+    security_context: SecurityContext | None = None
+    volume_mounts: list[VolumeMount] = Field(default_factory=list)
     command: list[str] = Field(default_factory=list)
     args: list[str] = Field(default_factory=list)
     working_dir: str = ""
     env: list[EnvVar] = Field(default_factory=list)
+    env_from: list[EnvFromSource] = Field(default_factory=list)
     ports: list[ContainerPort] = Field(default_factory=list)
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
@@ -68,6 +249,20 @@ class Container(_ApiModel):
     stdin: bool = False
     stdin_once: bool = False
     tty: bool = False
+    liveness_probe: Probe | None = None
+    readiness_probe: Probe | None = None
+    startup_probe: Probe | None = None
+
+    @model_validator(mode="after")
+    def _probe_rules(self) -> Container:
+        # API validation (validateProbe and friends): liveness and startup count one success;
+        # only they can kill, so only they may carry a grace period.
+        for kind, probe in (("livenessProbe", self.liveness_probe), ("startupProbe", self.startup_probe)):
+            if probe is not None and probe.success_threshold != 1:
+                raise ValueError(f"{kind}.successThreshold must be 1")
+        if self.readiness_probe is not None and self.readiness_probe.termination_grace_period_seconds is not None:
+            raise ValueError("readinessProbe.terminationGracePeriodSeconds must not be set")
+        return self
 
     @property
     def pull_policy(self) -> str:
@@ -82,8 +277,196 @@ class Container(_ApiModel):
         return "IfNotPresent"
 
 
+class Sysctl(_ApiModel):
+    name: str
+    value: str
+
+
+class PodSecurityContext(_ApiModel):
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    run_as_non_root: bool | None = None
+    supplemental_groups: list[int] = Field(default_factory=list)
+    fs_group: int | None = None
+    """Added to every container's supplemental groups (volume ownership is not changed)."""
+    sysctls: list[Sysctl] = Field(default_factory=list)
+    seccomp_profile: SecurityProfile | None = None
+    app_armor_profile: SecurityProfile | None = None
+
+
+class HostAlias(_ApiModel):
+    ip: str
+    hostnames: list[str] = Field(default_factory=list)
+
+
+class PodDNSConfigOption(_ApiModel):
+    name: str
+    value: str | None = None
+
+
+class PodDNSConfig(_ApiModel):
+    nameservers: list[str] = Field(default_factory=list)
+    searches: list[str] = Field(default_factory=list)
+    options: list[PodDNSConfigOption] = Field(default_factory=list)
+
+
+class EmptyDirVolumeSource(_ApiModel):
+    medium: Literal["", "Memory"] = ""
+    size_limit: Quantity | None = None
+
+
+class HostPathVolumeSource(_ApiModel):
+    path: str
+    type: Literal["", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice",
+                  "BlockDevice"] = ""
+
+
+class DownwardAPIVolumeFile(_ApiModel):
+    path: str
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+    mode: int | None = None
+
+
+class DownwardAPIVolumeSource(_ApiModel):
+    items: list[DownwardAPIVolumeFile] = Field(default_factory=list)
+    default_mode: int = 0o644
+
+
+class KeyToPath(_ApiModel):
+    key: str
+    path: str
+    mode: int | None = None
+
+
+class ConfigMapVolumeSource(_ApiModel):
+    name: str = ""
+    items: list[KeyToPath] = Field(default_factory=list)
+    default_mode: int = 0o644
+    optional: bool = False
+
+
+class SecretVolumeSource(_ApiModel):
+    secret_name: str = ""
+    items: list[KeyToPath] = Field(default_factory=list)
+    default_mode: int = 0o644
+    optional: bool = False
+
+
+class ConfigMapProjection(_ApiModel):
+    name: str = ""
+    items: list[KeyToPath] = Field(default_factory=list)
+    optional: bool = False
+
+
+class SecretProjection(_ApiModel):
+    name: str = ""
+    items: list[KeyToPath] = Field(default_factory=list)
+    optional: bool = False
+
+
+class DownwardAPIProjection(_ApiModel):
+    items: list[DownwardAPIVolumeFile] = Field(default_factory=list)
+
+
+class ServiceAccountTokenProjection(_ApiModel):
+    audience: str = ""
+    expiration_seconds: int = Field(default=3600, ge=600)
+    path: str
+
+
+class VolumeProjection(_ApiModel):
+    # clusterTrustBundle and podCertificate stay unmodelled: reported as unhonoured.
+    secret: SecretProjection | None = None
+    config_map: ConfigMapProjection | None = None
+    downward_api: DownwardAPIProjection | None = Field(default=None, alias="downwardAPI")
+    service_account_token: ServiceAccountTokenProjection | None = None
+
+
+class ProjectedVolumeSource(_ApiModel):
+    sources: list[VolumeProjection] = Field(default_factory=list)
+    default_mode: int = 0o644
+
+
+class Volume(_ApiModel):
+    # Sources nodeagent does not implement (persistentVolumeClaim, nfs, csi, ...) stay
+    # unmodelled: they are reported as unhonoured and their mounts are skipped. configMap,
+    # secret and projected need the API: plugins/apivolumes sets them up (standalone: reported
+    # unhonoured by that stage).
+    name: str
+    empty_dir: EmptyDirVolumeSource | None = None
+    host_path: HostPathVolumeSource | None = None
+    downward_api: DownwardAPIVolumeSource | None = Field(default=None, alias="downwardAPI")
+    config_map: ConfigMapVolumeSource | None = None
+    secret: SecretVolumeSource | None = None
+    projected: ProjectedVolumeSource | None = None
+
+
+class PodResourceClaim(_ApiModel):
+    """spec.resourceClaims[]: a ResourceClaim by name, or one made from a template (its name is
+    then in status.resourceClaimStatuses). Prepared by plugins/dra before the sandbox."""
+
+    name: str
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PodResourceClaim:
+        if (self.resource_claim_name is None) == (self.resource_claim_template_name is None):
+            raise ValueError(f"resourceClaims[{self.name!r}]: exactly one of resourceClaimName and "
+                             "resourceClaimTemplateName is required")
+        return self
+
+
+class PodSchedulingGroup(_ApiModel):
+    """spec.schedulingGroup (Kubernetes 1.36+): the PodGroup whose gang policy the pod follows
+    (honoured by the gang stage)."""
+
+    pod_group_name: str
+
+
+class WorkloadReference(_ApiModel):
+    """spec.workloadRef (Kubernetes 1.35, tombstoned in 1.36): the Workload and pod group the
+    pod belongs to (honoured by the gang stage)."""
+
+    name: str
+    pod_group: str
+    pod_group_replica_key: str = ""
+
+
 class PodSpec(_ApiModel):
     containers: list[Container] = Field(min_length=1)
+    init_containers: list[Container] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _container_rules(self) -> PodSpec:
+        # API validation: one name space for init and regular containers; a container-level
+        # restartPolicy only on init containers (where Always makes a sidecar).
+        names = [c.name for c in (*self.init_containers, *self.containers)]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"container names must be unique across initContainers and containers: {duplicates}")
+        if any(c.restart_policy is not None for c in self.containers):
+            raise ValueError("restartPolicy may only be set on init containers")
+        for c in self.init_containers:
+            if c.restart_policy is None and (c.lifecycle or c.liveness_probe or c.readiness_probe or c.startup_probe):
+                raise ValueError(f"init container {c.name!r}: lifecycle and probes need restartPolicy: Always")
+        claims = {c.name for c in self.resource_claims}
+        for c in (*self.init_containers, *self.containers):
+            unknown = sorted({ref.name for ref in c.resources.claims} - claims)
+            if unknown:
+                raise ValueError(f"container {c.name!r}: resources.claims {unknown} name no entry of spec.resourceClaims")
+        return self
+
+    volumes: list[Volume] = Field(default_factory=list)
+    security_context: PodSecurityContext | None = None
+    host_pid: bool = Field(default=False, alias="hostPID")
+    host_ipc: bool = Field(default=False, alias="hostIPC")
+    share_process_namespace: bool = False
+    set_hostname_as_fqdn: bool = Field(default=False, alias="setHostnameAsFQDN")
+    host_aliases: list[HostAlias] = Field(default_factory=list)
+    dns_policy: Literal["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"] = "ClusterFirst"
+    dns_config: PodDNSConfig | None = None
     restart_policy: Literal["Always", "OnFailure", "Never"] = "Always"
     termination_grace_period_seconds: int = 30
     host_network: bool = False
@@ -96,6 +479,9 @@ class PodSpec(_ApiModel):
     service_account_name: str = ""
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     enable_service_links: bool | None = None
+    scheduling_group: PodSchedulingGroup | None = None
+    workload_ref: WorkloadReference | None = None
+    resource_claims: list[PodResourceClaim] = Field(default_factory=list)
 
 
 class Pod(_ApiModel):
@@ -115,7 +501,8 @@ class Pod(_ApiModel):
         return f"{self.metadata.name}_{self.metadata.namespace}"
 
     def all_containers(self) -> list[Container]:
-        return list(self.spec.containers)
+        """Init containers (in order), then regular containers."""
+        return [*self.spec.init_containers, *self.spec.containers]
 
 
 # Fields that parse without being honoured, yet are harmless to accept silently because
@@ -130,6 +517,7 @@ _SILENTLY_ACCEPTED: frozenset[str] = frozenset(
         "spec.enableServiceLinks",
         "spec.serviceAccountName",
         "spec.serviceAccount",
+        "spec.automountServiceAccountToken",  # the API server's admission acts on it, not the node
         "spec.dnsPolicy",  # the API default ClusterFirst is what we do without cluster DNS
         "spec.preemptionPolicy",
         "metadata.managedFields",

@@ -91,6 +91,9 @@ class Relister:
 
     async def relist_once(self) -> None:
         begin = time.monotonic()
+        # A pod's seen_at is when its listing began: the records show the runtime as of then or
+        # later, so a stage that changed the runtime at T can wait for seen_at > T.
+        listed_at = time.time()
         problem = f"no answer to ListPodSandbox/ListContainers within {RELIST_TIMEOUT_SECONDS:g}s"
         listed = None
         # The client waits for a ready channel on reads; a relist must not: a runtime that does
@@ -178,7 +181,7 @@ class Relister:
                     ip = await self._sandbox_ip(sb.id)
                 sb_records.append(replace(sb, pod_ip=ip))
             pod = PodRuntime(uid=uid, name=name, namespace=ns, sandboxes=tuple(sb_records), containers=conts,
-                             seen_at=time.time(), labels=labels, annotations=annotations)
+                             seen_at=listed_at, labels=labels, annotations=annotations)
             if old_pod is None or old_pod.sandboxes != pod.sandboxes or old_pod.containers != pod.containers:
                 changed_pods.add(uid)
             new_pods[uid] = pod

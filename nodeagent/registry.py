@@ -22,12 +22,16 @@ GROUP = "nodeagent.plugins"
 # reverse. The empty places are where later stages go: devices ("dra") before the sandbox in
 # prepare, the gang barrier in permit.
 DEFAULT_PROFILE: Mapping[str, Sequence[str]] = {
-    "admit": ["noderesources"],
-    "reserve": [],
-    "prepare": ["runtime"],
-    "permit": [],
+    # the kubelet checks sysctls before resources; the gang checks its members' fit before
+    # noderesources, so that a member that does not fit aborts its gang (docs/GANG.md)
+    "admit": ["podsecurity", "gang", "noderesources"],
+    "reserve": ["gang"],
+    # devices first: the kubelet prepares claims before the sandbox; API-backed volumes
+    # (configMap, secret, projected) and env next, so that a FailedMount holds the sandbox back
+    "prepare": ["dra", "volumes", "apivolumes", "runtime"],
+    "permit": ["gang"],  # the gang barrier: after local preparation, before any container
     "start": ["runtime"],
-    "observe": ["status", "runtime", "logs"],
+    "observe": ["status", "runtime", "probes", "logs", "apivolumes"],  # apivolumes: resync, token refresh
     "cleanup": ["logs", "runtime"],
 }
 

@@ -206,6 +206,11 @@ class PodContext(Protocol):
         """The agent's configuration (read-only)."""
 
     @property
+    def api(self) -> Any:
+        """The Kubernetes API client (lightkube AsyncClient) in cluster mode; None standalone.
+        Stages that read API objects (configMaps, secrets, claims) use it; none opens its own."""
+
+    @property
     def pod_dir(self) -> Path:
         """``<rootDir>/pods/<uid>``: created before prepare, removed after cleanup."""
 
@@ -360,6 +365,8 @@ class AgentHandle(Protocol):
     runtime: RuntimeClient
     clock: Clock
     node: NodeInfo
+    api: Any
+    """The Kubernetes API client in cluster mode; None standalone."""
 
     @property
     def settings(self) -> Any: ...

@@ -217,8 +217,15 @@ def compute(rec: _PodRecord) -> dict[str, Any]:
         status.update({k: v for k, v in observed.items() if k not in ("hostIP", "hostIPs")})
     else:
         status["phase"] = "Pending"
+        # The kubelet's default waiting reason is PodInitializing in a pod with init containers.
+        default = "PodInitializing" if pod.spec.init_containers else "ContainerCreating"
+        if pod.spec.init_containers:
+            status["initContainerStatuses"] = [
+                _waiting_status(c.name, c.image, *rec.waiting.get(c.name, (default, "")))
+                for c in pod.spec.init_containers
+            ]
         status["containerStatuses"] = [
-            _waiting_status(c.name, c.image, *rec.waiting.get(c.name, ("ContainerCreating", "")))
+            _waiting_status(c.name, c.image, *rec.waiting.get(c.name, (default, "")))
             for c in pod.spec.containers
         ]
         status["conditions"] = pending_conditions(pod, rec)
@@ -254,7 +261,11 @@ def _apply_probe_results(status: dict[str, Any], rec: _PodRecord) -> None:
     if not rec.probes:
         return
     unready = []
-    for cs in status.get("containerStatuses", []):
+    # Sidecars are probed and count towards ContainersReady; a regular init container's
+    # readiness is its successful exit, which no probe changes.
+    sidecars = {c.name for c in rec.pod.spec.init_containers if c.restart_policy == "Always"}
+    statuses = [cs for cs in status.get("initContainerStatuses", []) if cs["name"] in sidecars]
+    for cs in [*statuses, *status.get("containerStatuses", [])]:
         ready, started = rec.probes.get(cs["name"], (None, None))
         running = "running" in cs.get("state", {})
         if started is not None:
@@ -297,7 +308,9 @@ def pending_conditions(pod: Pod, rec: _PodRecord) -> list[dict[str, Any]]:
     names = [c.name for c in pod.spec.containers]
     return [
         {"type": "PodReadyToStartContainers", "status": "True" if sandbox_ready else "False", "lastTransitionTime": now},
-        {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+        {"type": "Initialized", "status": "True", "lastTransitionTime": now} if not pod.spec.init_containers else
+        {"type": "Initialized", "status": "False", "reason": "ContainersNotInitialized", "lastTransitionTime": now,
+         "message": f"containers with incomplete status: [{' '.join(c.name for c in pod.spec.init_containers)}]"},
         {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
          "message": f"containers with unready status: [{' '.join(names)}]", "lastTransitionTime": now},
         {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady",

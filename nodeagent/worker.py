@@ -71,6 +71,8 @@ class Services:
     admission: AdmissionCycle
     pipeline: Pipeline
     root_dir: Path
+    api: Any = None
+    """The Kubernetes API client in cluster mode (lightkube AsyncClient); None when standalone."""
     setup_slots: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(SETUP_CONCURRENCY))
     """Pods in prepare or start at once. The runtime serialises much of the work anyway; with
     every pod in flight each one finishes near the end of a burst, so a bound roughly halves
@@ -108,6 +110,10 @@ class StageContext:
     @property
     def settings(self) -> Any:
         return self._worker.services.settings
+
+    @property
+    def api(self) -> Any:
+        return self._worker.services.api
 
     @property
     def pod_dir(self) -> Path:

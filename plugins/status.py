@@ -1,31 +1,61 @@
 """The status stage: turns what the runtime shows into the kubelet's pod status.
 
 Container statuses follow convertToAPIContainerStatuses (newest instance = state, the one
-before = lastState), the phase follows getPhase, conditions follow status/generate.go. When the
-phase is terminal (no container will run again under the restart policy) the stage tells the
-worker, which then releases the sandbox.
+before = lastState, termination messages read from the instance's message file or log), the
+phase follows getPhase (init containers and sidecars included), conditions follow
+status/generate.go. When the phase is terminal (no container will run again under the restart
+policy) the stage tells the worker, which then releases the sandbox.
+
+Waiting reasons the runtime stage reports (CrashLoopBackOff, CreateContainerError, ...) are laid
+over these statuses by the status writer, which moves a terminated state to lastState as the
+kubelet does.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import anyio
+
+from cri import CriError
 from nodeagent.model import Container, Pod
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import AgentHandle, Observe, PodContext
+from nodeagent.stash import StashKey
 from nodeagent.status import rfc3339
-from plugins.restartpolicy import should_restart
+from plugins.restartpolicy import is_sidecar, should_restart
+from plugins.runtime.notes import notes_of
+from plugins.runtime.plan import latest_in, newest_sandbox
+from plugins.runtime.termination_message import MAX_POD_MESSAGE_BYTES, read_message
 
 RESYNC_SECONDS = 10.0
+
+MESSAGES = StashKey[dict[str, str]]("status.termination_messages")
+TRANSITIONS = StashKey[dict[str, tuple[str, str]]]("status.condition_transitions")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the status is computed from besides the spec and the runtime records."""
+
+    messages: Mapping[str, str] = field(default_factory=dict)
+    """Termination message per exited container id."""
+    post_start_running: frozenset[str] = frozenset()
+    """Container ids still in their postStart hook: running, not yet started."""
+    node_ip: str = ""
+    transitions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Condition type -> (status, lastTransitionTime), kept while the status stays the same."""
+    now: float = 0.0
 
 
 def _ts(ns: int) -> str:
     return rfc3339(ns / 1e9) if ns else ""
 
 
-def _state(record: ContainerRecord) -> dict[str, Any]:
+def _state(record: ContainerRecord, facts: Facts, limit: int, waiting: str = "ContainerCreating") -> dict[str, Any]:
     if record.running:
         return {"running": {"startedAt": _ts(record.started_at)}}
     if record.exited:
@@ -36,109 +66,272 @@ def _state(record: ContainerRecord) -> dict[str, Any]:
             "finishedAt": _ts(record.finished_at),
             "containerID": f"containerd://{record.id}",
         }
-        if record.message:
-            terminated["message"] = record.message
+        message = facts.messages.get(record.id, record.message)
+        if message:
+            # The status manager's per-pod budget, split evenly across containers.
+            terminated["message"] = message.encode()[:limit].decode(errors="ignore")
         return {"terminated": terminated}
-    return {"waiting": {"reason": "ContainerCreating"}}
+    # Created but not started yet (StartContainer in flight): the kubelet never publishes this
+    # moment, since it creates and starts within one sync; show the reason it showed before.
+    return {"waiting": {"reason": waiting}}
 
 
-def container_status(container: Container, runtime: PodRuntime) -> dict[str, Any]:
-    latest = runtime.latest(container.name)
-    if latest is None:
+def _instances(runtime: PodRuntime, name: str) -> list[ContainerRecord]:
+    return sorted((c for c in runtime.containers if c.name == name), key=lambda c: (c.attempt, c.created_at),
+                  reverse=True)
+
+
+def container_status(pod: Pod, container: Container, runtime: PodRuntime, facts: Facts, *,
+                     init: bool = False, limit: int = MAX_POD_MESSAGE_BYTES) -> dict[str, Any]:
+    instances = _instances(runtime, container.name)
+    if not instances:
+        reason = "PodInitializing" if pod.spec.init_containers else "ContainerCreating"
         return {"name": container.name, "image": container.image, "imageID": "", "ready": False,
-                "started": False, "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}},
-                "lastState": {}}
-    previous = runtime.previous(container.name)
+                "started": False, "restartCount": 0, "state": {"waiting": {"reason": reason}}, "lastState": {}}
+    latest = instances[0]
+    previous = instances[1] if len(instances) > 1 else None
+    started = latest.running and latest.id not in facts.post_start_running
+    if init and not is_sidecar(container):
+        ready = latest.exited and latest.exit_code == 0  # a regular init container is ready when done
+    else:
+        ready = started  # readiness probes refine this in the status writer
     return {
         "name": container.name,
         "image": container.image,
         "imageID": latest.image_ref,
         "containerID": f"containerd://{latest.id}",
-        "ready": latest.running,  # no readiness probes yet: running means ready
-        "started": latest.running,
+        "ready": ready,
+        "started": started,
         "restartCount": latest.restart_count,
-        "state": _state(latest),
-        "lastState": _state(previous) if previous is not None and previous.exited else {},
+        "state": _state(latest, facts, limit, "PodInitializing" if pod.spec.init_containers else "ContainerCreating"),
+        "lastState": _state(previous, facts, limit) if previous is not None and previous.exited else {},
     }
 
 
-def pod_phase(pod: Pod, runtime: PodRuntime) -> str:
-    """getPhase for regular containers (pkg/kubelet/kubelet_pods.go)."""
-    running = waiting = stopped = succeeded = unknown = 0
-    for c in pod.spec.containers:
-        latest = runtime.latest(c.name)
-        if latest is None:
+def pod_phase(pod: Pod, init_statuses: Sequence[Mapping[str, Any]], statuses: Sequence[Mapping[str, Any]],
+              initialized_before: bool) -> str:
+    """getPhase (pkg/kubelet/kubelet_pods.go) for a static pod: terminal only when the restart
+    policy says no container runs again. Sidecars count while they run and never decide the
+    outcome."""
+    spec = pod.spec
+    by_name = {s["name"]: s for s in (*init_statuses, *statuses)}
+    pending_init = pending_sidecars = failed_init = 0
+    unknown = running = waiting = stopped = succeeded = 0
+    for c in spec.init_containers:
+        s = by_name.get(c.name)
+        state = s["state"] if s else {}
+        last = s.get("lastState", {}).get("terminated") if s else None
+        if is_sidecar(c):
+            if s is None:
+                unknown += 1
+            elif "running" in state:
+                running += 1
+                if not s.get("started"):
+                    pending_sidecars += 1
+            elif "terminated" in state:
+                pass
+            elif "waiting" in state and last is None:
+                pending_sidecars += 1
+                waiting += 1
+            elif "waiting" not in state:
+                pending_sidecars += 1
+                unknown += 1
+            continue
+        if s is None or "running" in state:
+            pending_init += 1
+        elif "terminated" in state:
+            failed_init += state["terminated"]["exitCode"] != 0
+        elif last is not None:
+            failed_init += last["exitCode"] != 0
+        else:
+            pending_init += 1
+    for c in spec.containers:
+        s = by_name.get(c.name)
+        state = s["state"] if s else {}
+        last = s.get("lastState", {}).get("terminated") if s else None
+        if s is None:
             unknown += 1
-        elif latest.running:
+        elif "running" in state:
             running += 1
-        elif latest.exited:
+        elif "terminated" in state:
             stopped += 1
-            if latest.exit_code == 0:
-                succeeded += 1
+            succeeded += state["terminated"]["exitCode"] == 0
+        elif last is not None:
+            stopped += 1
         else:
             waiting += 1
-    if waiting:
+    if failed_init and spec.restart_policy == "Never":
+        return "Failed"
+    if pending_init or (pending_sidecars and not initialized_before) or waiting:
         return "Pending"
     if running and not unknown:
         return "Running"
-    if unknown:
-        return "Pending"
-    if stopped == len(pod.spec.containers):
-        policy = pod.spec.restart_policy
-        if any(should_restart(policy, runtime.latest(c.name)) for c in pod.spec.containers):
+    if not running and stopped and not unknown:
+        if spec.restart_policy == "Always":
             return "Running"
-        return "Succeeded" if succeeded == stopped else "Failed"
+        if stopped == succeeded:
+            return "Succeeded"
+        if spec.restart_policy == "Never":
+            return "Failed"
+        return "Running"
     return "Pending"
 
 
-def conditions(pod: Pod, runtime: PodRuntime, statuses: list[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
-    now = rfc3339(time.time())
-    unready = [s["name"] for s in statuses if not s["ready"]]
-    sandbox = runtime.ready_sandbox() is not None
+def _condition(kind: str, ok: bool, facts: Facts, reason: str = "", message: str = "") -> dict[str, Any]:
+    status = "True" if ok else "False"
+    previous = facts.transitions.get(kind)
+    at = previous[1] if previous is not None and previous[0] == status else rfc3339(facts.now)
+    facts.transitions[kind] = (status, at)
+    condition: dict[str, Any] = {"type": kind, "status": status, "lastTransitionTime": at}
+    if reason:
+        condition["reason"] = reason
+    if message:
+        condition["message"] = message
+    return condition
 
-    def ready_condition(kind: str) -> dict[str, Any]:
-        if phase == "Succeeded":
-            return {"type": kind, "status": "False", "reason": "PodCompleted", "lastTransitionTime": now}
-        if unready:
-            return {"type": kind, "status": "False", "reason": "ContainersNotReady",
-                    "message": f"containers with unready status: [{' '.join(unready)}]", "lastTransitionTime": now}
-        return {"type": kind, "status": "True", "lastTransitionTime": now}
 
+def conditions(pod: Pod, runtime: PodRuntime, init_statuses: Sequence[Mapping[str, Any]],
+               statuses: Sequence[Mapping[str, Any]], phase: str, facts: Facts) -> list[dict[str, Any]]:
+    """status/generate.go, in the kubelet's order."""
+    sandbox = newest_sandbox(runtime)
+    sandbox_ok = sandbox is not None and sandbox.ready and (bool(sandbox.pod_ip) or pod.spec.host_network)
+    by_name = {s["name"]: s for s in (*init_statuses, *statuses)}
+
+    # Initialized
+    incomplete = []
+    for c in pod.spec.init_containers:
+        s = by_name[c.name]
+        if is_sidecar(c):
+            if not s.get("started"):
+                incomplete.append(c.name)
+        elif s["state"].get("terminated", {}).get("exitCode", 1) != 0:
+            incomplete.append(c.name)
+    regular_started = any("running" in by_name[c.name]["state"] or "terminated" in by_name[c.name]["state"]
+                          for c in pod.spec.containers)
+    if phase == "Succeeded":
+        initialized = _condition("Initialized", True, facts, "PodCompleted")
+    elif regular_started or not incomplete:
+        initialized = _condition("Initialized", True, facts)
+    else:
+        initialized = _condition("Initialized", False, facts, "ContainersNotInitialized",
+                                 f"containers with incomplete status: [{' '.join(incomplete)}]")
+
+    # ContainersReady and Ready (readiness gates need an API server: not modelled)
+    unready = [c.name for c in pod.spec.init_containers if is_sidecar(c) and not by_name[c.name]["ready"]]
+    unready += [c.name for c in pod.spec.containers if not by_name[c.name]["ready"]]
+    if phase in ("Succeeded", "Failed"):
+        reason = "PodCompleted" if phase == "Succeeded" else "PodFailed"
+        ready = [_condition(kind, False, facts, reason) for kind in ("Ready", "ContainersReady")]
+    elif unready:
+        message = f"containers with unready status: [{' '.join(unready)}]"
+        ready = [_condition(kind, False, facts, "ContainersNotReady", message) for kind in ("Ready", "ContainersReady")]
+    else:
+        ready = [_condition(kind, True, facts) for kind in ("Ready", "ContainersReady")]
     return [
-        {"type": "PodReadyToStartContainers", "status": "True" if sandbox else "False", "lastTransitionTime": now},
-        {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-        ready_condition("Ready"),
-        ready_condition("ContainersReady"),
-        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+        _condition("PodReadyToStartContainers", sandbox_ok, facts),
+        initialized,
+        *ready,
+        _condition("PodScheduled", True, facts),
     ]
 
 
-def compute(pod: Pod, runtime: PodRuntime) -> dict[str, Any]:
-    statuses = [container_status(c, runtime) for c in pod.spec.containers]
-    phase = pod_phase(pod, runtime)
-    sandbox = runtime.ready_sandbox() or (max(runtime.sandboxes, key=lambda s: s.created_at) if runtime.sandboxes else None)
+def compute(pod: Pod, runtime: PodRuntime, facts: Facts | None = None) -> dict[str, Any]:
+    facts = facts or Facts(now=time.time())
+    count = len(pod.spec.init_containers) + len(pod.spec.containers)
+    limit = MAX_POD_MESSAGE_BYTES // max(count, 1)
+    init_statuses = [container_status(pod, c, runtime, facts, init=True, limit=limit) for c in pod.spec.init_containers]
+    statuses = [container_status(pod, c, runtime, facts, limit=limit) for c in pod.spec.containers]
+    sandbox = newest_sandbox(runtime)
+    here = latest_in(runtime, sandbox.id) if sandbox is not None else {}
+    initialized_before = any(c.name in here and here[c.name].started_at for c in pod.spec.containers)
+    phase = pod_phase(pod, init_statuses, statuses, initialized_before)
     status: dict[str, Any] = {
         "phase": phase,
-        "conditions": conditions(pod, runtime, statuses, phase),
+        "conditions": conditions(pod, runtime, init_statuses, statuses, phase, facts),
         "containerStatuses": statuses,
     }
-    if sandbox is not None and sandbox.pod_ip:
-        status["podIP"] = sandbox.pod_ip
-        status["podIPs"] = [{"ip": sandbox.pod_ip}]
+    if init_statuses:
+        status["initContainerStatuses"] = init_statuses
+    ready = runtime.ready_sandbox()
+    shown = ready or sandbox
+    pod_ip = facts.node_ip if pod.spec.host_network else (shown.pod_ip if shown is not None else "")
+    if pod_ip:
+        status["podIP"] = pod_ip
+        status["podIPs"] = [{"ip": pod_ip}]
     return status
+
+
+def settled(pod: Pod, runtime: PodRuntime, phase: str) -> list[str]:
+    """Containers whose newest instance exited and will not be restarted."""
+    names = []
+    regular = {c.name for c in pod.spec.containers}
+    for c in pod.all_containers():
+        latest = runtime.latest(c.name)
+        if latest is None or not latest.exited:
+            continue
+        if c.name in regular:
+            final = not should_restart(pod.spec.restart_policy, latest)
+        else:
+            final = not is_sidecar(c) and latest.exit_code == 0
+        if final or phase in ("Succeeded", "Failed"):
+            names.append(c.name)
+    return names
+
+
+async def _read_messages(ctx: PodContext, runtime: PodRuntime) -> dict[str, str]:
+    """Termination messages of exited instances, read once per instance (ContainerStatus gives
+    the message file's mount and the log path)."""
+    cache = ctx.stash.setdefault(MESSAGES, {})
+    present = {c.id for c in runtime.containers}
+    for gone in set(cache) - present:
+        del cache[gone]
+    for record in runtime.containers:
+        if record.exited and record.id not in cache:
+            try:
+                status = await ctx.runtime.container_status(record.id)
+            except CriError:
+                continue  # removed meanwhile; nothing to show
+            cache[record.id] = await anyio.to_thread.run_sync(read_message, status)
+    return cache
 
 
 class StatusStage(Observe):
     name: ClassVar[str] = "status"
 
     async def observe(self, ctx: PodContext) -> None:
+        notes = notes_of(ctx.stash)
+        transitions = ctx.stash.setdefault(TRANSITIONS, {})
         while True:
-            status = compute(ctx.pod, ctx.observed)
+            changed = notes.changed
+            runtime = ctx.observed
+            facts = Facts(messages=await _read_messages(ctx, runtime),
+                          post_start_running=frozenset(notes.post_start_running),
+                          node_ip=ctx.node.ip, transitions=transitions, now=time.time())
+            status = compute(ctx.pod, runtime, facts)
+            for name in settled(ctx.pod, runtime, status["phase"]):
+                # A waiting reason (RunContainerError, ...) only shows while the container is to
+                # be restarted; otherwise its terminated state does (convertToAPIContainerStatuses).
+                ctx.status.clear_container_waiting(name)
             ctx.status.set_observed(status)
             if status["phase"] in ("Succeeded", "Failed"):
                 ctx.complete(status["phase"])
                 return
+            await _changed(ctx, changed)
+
+
+async def _changed(ctx: PodContext, notes_changed: anyio.Event) -> None:
+    async with anyio.create_task_group() as tg:
+
+        async def runtime() -> None:
             await ctx.runtime_changed(timeout=RESYNC_SECONDS)
+            tg.cancel_scope.cancel()
+
+        async def notes() -> None:
+            await notes_changed.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(runtime)
+        tg.start_soon(notes)
 
 
 def plugin(config: Mapping[str, Any], handle: AgentHandle) -> StatusStage:

@@ -56,6 +56,13 @@ def test_architecture_doc_shows_the_current_table() -> None:
     assert render_table() in doc, "docs/ARCHITECTURE.md is stale: paste `nodeagent lifecycle` into it"
 
 
+def test_architecture_doc_shows_the_current_profile_and_wiring() -> None:
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    profile = "\n".join(f"  {k}: [{', '.join(v)}]" for k, v in DEFAULT_PROFILE.items())
+    assert profile in doc, "docs/ARCHITECTURE.md shows a stale default profile"
+    assert TOPOLOGY.render() in doc, "docs/ARCHITECTURE.md is stale: paste `nodeagent wiring` into it"
+
+
 def test_phase_table_is_complete_and_pairs_are_declared() -> None:
     assert [spec.phase for spec in PHASES] == list(Phase)
     undo = {spec.phase: spec.undo for spec in PHASES if spec.undo}

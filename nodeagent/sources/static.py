@@ -28,6 +28,8 @@ from pydantic import ValidationError
 
 from nodeagent import events as ev
 from nodeagent import labels as L
+from nodeagent.claims import API_VERSIONS as CLAIM_API_VERSIONS
+from nodeagent.claims import ClaimStore, ResourceClaim
 from nodeagent.model import Pod
 
 log = structlog.get_logger("nodeagent.sources.static")
@@ -52,21 +54,32 @@ class ManifestError(Exception):
 
 def parse_manifest(path: Path, text: str, node_name: str, seen_at: float) -> list[dict[str, Any]]:
     """Turn one file into static pods (as dicts ready for PodSpecObserved); raises ManifestError."""
+    return parse_documents(path, text, node_name, seen_at)[0]
+
+
+def parse_documents(path: Path, text: str, node_name: str,
+                    seen_at: float) -> tuple[list[dict[str, Any]], list[ResourceClaim]]:
+    """One file's static pods and ResourceClaims (standalone DRA: claims with their allocation
+    sit beside the pods that use them); raises ManifestError."""
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise ManifestError("ManifestMalformed", f"{path}: not valid YAML or JSON: {exc}") from None
     pods = []
+    claims: list[ResourceClaim] = []
     for index, doc in enumerate(documents):
         where = f"{path}" + (f" (document {index + 1})" if len(documents) > 1 else "")
         if not isinstance(doc, dict):
             raise ManifestError("ManifestMalformed", f"{where}: a document must be a mapping, not {type(doc).__name__}")
         kind, api = doc.get("kind"), doc.get("apiVersion")
+        if kind == "ResourceClaim" and api in CLAIM_API_VERSIONS:
+            claims.append(_parse_claim(doc, where, node_name, path))
+            continue
         if kind != "Pod" or api not in ("v1", None):
             raise ManifestError(
                 "UnsupportedKind",
                 f"{where}: kind {kind!r} apiVersion {api!r} is not supported in a static pod directory "
-                "(only v1 Pod)",
+                f"(only v1 Pod and {', '.join(sorted(CLAIM_API_VERSIONS))} ResourceClaim)",
             )
         try:
             pod = Pod.model_validate(doc)
@@ -93,7 +106,21 @@ def parse_manifest(path: Path, text: str, node_name: str, seen_at: float) -> lis
         spec = dict(doc["spec"])
         spec["nodeName"] = node_name
         pods.append({**doc, "metadata": metadata, "spec": spec})
-    return pods
+    return pods, claims
+
+
+def _parse_claim(doc: dict[str, Any], where: str, node_name: str, path: Path) -> ResourceClaim:
+    try:
+        claim = ResourceClaim.model_validate(doc)
+    except ValidationError as exc:
+        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ManifestError("ManifestInvalid", f"{where}: {details}") from None
+    if not claim.metadata.name:
+        raise ManifestError("ManifestInvalid", f"{where}: metadata.name is required")
+    # Like a static pod's: derived from content, so an edited claim is a new object.
+    uid = claim.metadata.uid or static_pod_uid(doc, node_name, path)
+    meta = claim.metadata.model_copy(update={"uid": uid, "namespace": claim.metadata.namespace or "default"})
+    return claim.model_copy(update={"metadata": meta})
 
 
 @dataclass
@@ -101,6 +128,7 @@ class _FileState:
     signature: tuple[int, int, int]
     pods: list[dict[str, Any]]
     error: str = ""
+    claims: list[ResourceClaim] = field(default_factory=list)
 
 
 @dataclass
@@ -110,6 +138,8 @@ class StaticPodSource:
     publish: Callable[[ev.Event], Awaitable[None]]
     full_rescan_seconds: float = 20.0
     poll_seconds: float = POLL_SECONDS
+    claims: ClaimStore | None = None
+    """Where the ResourceClaim manifests of the directory go (for the dra stage)."""
     _files: dict[Path, _FileState] = field(default_factory=dict)
     _wanted: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -164,7 +194,7 @@ class StaticPodSource:
             if signature[1] > MAX_MANIFEST_BYTES:
                 raise ManifestError("ManifestTooLarge", f"{path}: {signature[1]} bytes is over the 10 MiB limit")
             text = await anyio.to_thread.run_sync(path.read_text)
-            pods = parse_manifest(path, text, self.node_name, time.time())
+            pods, claims = parse_documents(path, text, self.node_name, time.time())
         except (ManifestError, OSError, UnicodeDecodeError) as exc:
             reason = exc.reason if isinstance(exc, ManifestError) else "ManifestUnreadable"
             kept = previous.pods if previous is not None else []
@@ -173,11 +203,14 @@ class StaticPodSource:
                 message += " (the last valid version keeps running)"
             log.error("static pod manifest rejected", path=str(path), reason=reason, error=message)
             await self.publish(ev.ManifestRejected(source="sources", path=str(path), reason=reason, message=message))
-            self._files[path] = _FileState(signature, kept, message)
+            self._files[path] = _FileState(signature, kept, message, previous.claims if previous is not None else [])
             return
-        self._files[path] = _FileState(signature, pods)
+        self._files[path] = _FileState(signature, pods, claims=claims)
 
     async def _reconcile(self) -> None:
+        if self.claims is not None:
+            # Before the pods: a new pod's claims must be there when it is prepared.
+            self.claims.replace("file", [c for _, state in sorted(self._files.items()) for c in state.claims])
         wanted: dict[str, dict[str, Any]] = {}
         names: dict[str, Path] = {}
         for path, state in sorted(self._files.items()):

@@ -1,21 +1,47 @@
-"""ContainerConfig from a pod's container, as the kubelet builds it (kuberuntime_container.go)."""
+"""ContainerConfig from a pod's container, as the kubelet builds it (kuberuntime_container.go
+generateContainerConfig, kubelet_pods.go GenerateRunContainerOptions).
+
+The pieces live in their own modules: env.py (environment, ``$(VAR)`` expansion, downward API),
+resources.py (CPU, memory, OOM score), security.py (security contexts), hosts.py (/etc/hosts).
+Mounts, devices and extra env that prepare stages (volumes, devices) contribute arrive in
+``additions``.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from cri import types as t
 from nodeagent import labels as L
-from nodeagent import quantity
 from nodeagent.additions import ContainerAdditions
+from nodeagent.errors import Retryable
 from nodeagent.model import Container, Pod
+from nodeagent.stages import NodeInfo, PodContext
+from plugins.runtime import hosts, security
+from plugins.runtime.env import FieldError, PodFacts, container_env, expand_command
+from plugins.runtime.resources import (
+    CPU_PERIOD_US,
+    MIN_QUOTA_US,
+    MIN_SHARES,
+    linux_resources,
+)
 
-# The kubelet's CPU conversion (pkg/kubelet/cm/helpers_linux.go).
-CPU_PERIOD_US = 100_000
-MIN_SHARES = 2
-MIN_QUOTA_US = 1000
+__all__ = ["CPU_PERIOD_US", "MIN_QUOTA_US", "MIN_SHARES", "ContainerConfigError", "container_config",
+           "container_hash", "linux_resources", "pod_facts", "runtime_inputs"]
+
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+
+
+class ContainerConfigError(Retryable):
+    """The container cannot be configured as the spec asks (runAsNonRoot with a root image, a
+    downward-API reference that cannot be resolved). The kubelet shows the container waiting
+    with this reason and tries again on the next sync; so does the runtime stage."""
+
+    reason = "CreateContainerConfigError"
 
 
 def container_hash(container: Container) -> str:
@@ -25,28 +51,72 @@ def container_hash(container: Container) -> str:
     return format(int.from_bytes(hashlib.sha256(blob).digest()[:4], "big"), "x")
 
 
-def linux_resources(container: Container) -> t.LinuxContainerResources:
-    req, lim = container.resources.requests, container.resources.limits
-    cpu_request = req.get("cpu", lim.get("cpu"))
-    shares = MIN_SHARES
-    if cpu_request is not None:
-        shares = max(MIN_SHARES, quantity.milli_cpu(cpu_request) * 1024 // 1000)
-    quota = 0
-    if "cpu" in lim:
-        quota = max(MIN_QUOTA_US, math.ceil(quantity.milli_cpu(lim["cpu"]) * CPU_PERIOD_US / 1000))
-    memory = quantity.bytes_(lim["memory"]) if "memory" in lim else 0
-    return t.LinuxContainerResources(
-        cpu_period=CPU_PERIOD_US if quota else 0,
-        cpu_quota=quota,
-        cpu_shares=shares,
-        memory_limit_in_bytes=memory,
-    )
+def pod_facts(pod: Pod, pod_ip: str = "", pod_ips: Sequence[str] = (), node: NodeInfo | None = None) -> PodFacts:
+    ips = list(pod_ips) or ([pod_ip] if pod_ip else [])
+    host_ips = [node.ip] if node is not None and node.ip else []
+    if pod.spec.host_network and not ips:
+        ips = host_ips  # the runtime reports no IP for a host-network sandbox; the pod has the node's
+    return PodFacts(pod_ips=tuple(ips), host_ips=tuple(host_ips),
+                    allocatable=dict(node.allocatable) if node is not None else {})
+
+
+async def runtime_inputs(ctx: PodContext, sandbox_id: str, image_ref: str) -> dict[str, Any]:
+    """The keyword inputs of :func:`container_config` that come from the runtime and the agent,
+    read the way the kubelet reads them before each container start: the sandbox's IPs
+    (PodSandboxStatus) and the image's user (ImageStatus)."""
+    status = await ctx.runtime.pod_sandbox_status(sandbox_id)
+    ips = [status.network.ip, *(a.ip for a in status.network.additional_ips)] if status.network else []
+    image = await ctx.runtime.image_status(image_ref) if image_ref else None
+    return {"pod_ips": [ip for ip in ips if ip], "node": ctx.node, "image": image, "settings": ctx.settings}
+
+
+def _hosts_mount(pod: Pod, facts: PodFacts, settings: Any, mounts: Sequence[t.Mount]) -> t.Mount | None:
+    """makeHostsMount: the kubelet-managed /etc/hosts, unless the container mounts its own."""
+    root_dir = getattr(settings, "root_dir", None)
+    if root_dir is None or any(m.container_path == hosts.ETC_HOSTS for m in mounts):
+        return None
+    content = hosts.hosts_content(pod, facts.pod_ips, getattr(settings, "cluster_domain", DEFAULT_CLUSTER_DOMAIN))
+    if content is None:
+        return None
+    path = Path(root_dir) / "pods" / pod.uid / "etc-hosts"
+    try:
+        hosts.ensure_hosts_file(path, content)
+    except OSError as exc:
+        raise ContainerConfigError(f"cannot write the pod's hosts file {path}: {exc.strerror}") from None
+    return t.Mount(container_path=hosts.ETC_HOSTS, host_path=str(path))
 
 
 def container_config(pod: Pod, container: Container, attempt: int, image_ref: str, node_name: str,
                      container_type: str = "container",
-                     additions: ContainerAdditions | None = None) -> t.ContainerConfig:
+                     additions: ContainerAdditions | None = None, *,
+                     pod_ip: str = "", pod_ips: Sequence[str] = (), node: NodeInfo | None = None,
+                     image: t.Image | None = None, settings: Any = None) -> t.ContainerConfig:
+    """Build the CRI config of one container instance.
+
+    Keyword inputs the kubelet also uses, each optional so that callers without them still get
+    a valid config: ``pod_ip``/``pod_ips`` (the sandbox's, for status.podIP and /etc/hosts),
+    ``node`` (status.hostIP, allocatable as the default resource limits), ``image`` (CRI
+    ImageStatus of ``image_ref``: the image user for runAsNonRoot), ``settings`` (the agent's
+    configuration: rootDir for /etc/hosts, clusterDomain, seccompDefault).
+
+    Raises :class:`ContainerConfigError` when the spec cannot be honoured.
+    """
     extra = additions or ContainerAdditions()
+    facts = pod_facts(pod, pod_ip, pod_ips, node)
+    user = security.ImageUser.of(image) if image is not None else None
+    try:
+        security.verify_run_as_non_root(pod, container, user)
+        env = {**extra.envs, **container_env(pod, container, facts, extra.api_env)}
+    except (security.NonRootError, FieldError) as exc:
+        raise ContainerConfigError(str(exc)) from None
+    # Command and args expand against the final environment; an empty command or args leaves
+    # the image's ENTRYPOINT or CMD in place (the runtime merges them, as for the kubelet).
+    command, args = expand_command(container, env)
+    mounts = list(extra.mounts)
+    etc_hosts = _hosts_mount(pod, facts, settings, mounts)
+    if etc_hosts is not None:
+        mounts.append(etc_hosts)
+
     annotations = {
         L.CONTAINER_HASH: container_hash(container),
         L.CONTAINER_RESTART_COUNT: str(attempt),
@@ -64,11 +134,11 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
     return t.ContainerConfig(
         metadata=t.ContainerMetadata(name=container.name, attempt=attempt),
         image=t.ImageSpec(image=image_ref or container.image, user_specified_image=container.image),
-        command=list(container.command),
-        args=list(container.args),
+        command=command,
+        args=args,
         working_dir=container.working_dir,
-        envs={**extra.envs, **{e.name: e.value for e in container.env}},
-        mounts=list(extra.mounts),
+        envs=env,
+        mounts=mounts,
         devices=list(extra.devices),
         cdi_devices=list(extra.cdi_devices),
         labels={
@@ -84,10 +154,9 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
         stdin_once=container.stdin_once,
         tty=container.tty,
         linux=t.LinuxContainerConfig(
-            resources=linux_resources(container),
-            # Unset, the runtime would put the container in the pod's PID namespace (POD = 0).
-            security_context=t.LinuxContainerSecurityContext(
-                namespace_options=t.NamespaceOption(network=t.NamespaceMode.POD, pid=t.NamespaceMode.CONTAINER,
-                                                    ipc=t.NamespaceMode.POD)),
+            resources=linux_resources(container, pod),
+            security_context=security.container_security(
+                pod, container, user, root_dir=getattr(settings, "root_dir", None),
+                seccomp_default=getattr(settings, "seccomp_default", False)),
         ),
     )

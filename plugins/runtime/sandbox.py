@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from cri import types as t
 from nodeagent import labels as L
+from nodeagent.errors import Retryable
 from nodeagent.model import Pod
+from plugins.runtime import hosts, security
+from plugins.runtime.hosts import host_dns
 
 _PROTOCOLS = {"TCP": t.Protocol.TCP, "UDP": t.Protocol.UDP, "SCTP": t.Protocol.SCTP}
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+
+__all__ = ["SandboxConfigError", "host_dns", "log_directory", "pod_labels", "sandbox_config"]
+
+
+class SandboxConfigError(Retryable):
+    """The sandbox cannot be configured as the pod asks (the kubelet keeps the pod Pending and
+    retries, with the event reason FailedCreatePodSandBox)."""
+
+    reason = "FailedCreatePodSandBox"
 
 
 def log_directory(pod_logs_dir: Path, pod: Pod) -> Path:
@@ -26,30 +40,20 @@ def pod_labels(pod: Pod, node_name: str) -> dict[str, str]:
     }
 
 
-def host_dns() -> t.DNSConfig:
-    """The node's resolv.conf: what dnsPolicy Default (and ClusterFirst without cluster DNS) gets."""
-    servers: list[str] = []
-    searches: list[str] = []
-    options: list[str] = []
-    try:
-        text = Path("/etc/resolv.conf").read_text()
-    except OSError:
-        return t.DNSConfig()
-    for line in text.splitlines():
-        fields = line.split()
-        if not fields or fields[0].startswith(("#", ";")):
-            continue
-        if fields[0] == "nameserver" and len(fields) > 1:
-            servers.append(fields[1])
-        elif fields[0] in ("search", "domain"):
-            searches = fields[1:]
-        elif fields[0] == "options":
-            options.extend(fields[1:])
-    return t.DNSConfig(servers=servers, searches=searches, options=options)
-
-
-def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path, node_name: str) -> t.PodSandboxConfig:
+def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path, node_name: str, *,
+                   settings: Any = None) -> t.PodSandboxConfig:
+    """``settings`` (the agent's configuration) supplies clusterDomain, clusterDNS, rootDir and
+    seccompDefault; without it the kubelet's defaults apply (cluster.local, no cluster DNS)."""
     spec = pod.spec
+    cluster_domain = getattr(settings, "cluster_domain", DEFAULT_CLUSTER_DOMAIN)
+    root_dir = getattr(settings, "root_dir", None)
+    hostname = ""
+    if not spec.host_network:
+        # runc cannot set a hostname without its own UTS namespace: host-network pods get none.
+        try:
+            hostname = hosts.kernel_hostname(pod, cluster_domain)
+        except hosts.PodNameError as exc:
+            raise SandboxConfigError(f"Failed to create pod sandbox: {exc}") from None
     ports = [
         t.PortMapping(protocol=_PROTOCOLS[p.protocol], container_port=p.container_port, host_port=p.host_port,
                       host_ip=p.host_ip)
@@ -57,22 +61,19 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path, node_name: str) -
         for p in c.ports
         if p.host_port
     ]
-    network = t.NamespaceMode.NODE if spec.host_network else t.NamespaceMode.POD
     return t.PodSandboxConfig(
         metadata=t.PodSandboxMetadata(name=pod.metadata.name, uid=pod.uid, namespace=pod.metadata.namespace,
                                       attempt=attempt),
-        # runc cannot set a hostname without its own UTS namespace: host-network pods get none.
-        hostname="" if spec.host_network else (spec.hostname or pod.metadata.name)[:63],
+        hostname=hostname,
         log_directory=str(log_directory(pod_logs_dir, pod)),
-        dns_config=host_dns(),
+        dns_config=hosts.pod_dns(pod, cluster_dns=getattr(settings, "cluster_dns", ()),
+                                 cluster_domain=cluster_domain),
         port_mappings=ports,
         labels=pod_labels(pod, node_name),
         annotations=dict(pod.metadata.annotations),
         linux=t.LinuxPodSandboxConfig(
-            security_context=t.LinuxSandboxSecurityContext(
-                namespace_options=t.NamespaceOption(network=network, pid=t.NamespaceMode.CONTAINER,
-                                                    ipc=t.NamespaceMode.POD),
-                seccomp=t.SecurityProfile(profile_type=t.ProfileType.RuntimeDefault),
-            ),
+            security_context=security.sandbox_security(pod, root_dir=root_dir,
+                                                       seccomp_default=getattr(settings, "seccomp_default", False)),
+            sysctls=security.sysctls(pod),
         ),
     )

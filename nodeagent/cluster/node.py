@@ -1,0 +1,345 @@
+"""The Node object: registration and status, kept current.
+
+At start the agent creates its Node (or, if it exists, updates its labels) with capacity and
+allocatable (cpu, memory, pods, ephemeral-storage), the kubelet's well-known labels, addresses,
+nodeInfo (the container runtime's version from CRI Version, our own version) and the kubelet
+port. Then every ``nodeStatusUpdateFrequency`` (10 s) it computes the status and writes it when
+it changed, or at least every ``nodeStatusReportFrequency`` (5 min) so that
+``lastHeartbeatTime`` moves; the Lease (nodeagent.cluster.lease) is the frequent heartbeat.
+
+Conditions, with the kubelet's reasons and messages:
+
+* Ready: True (KubeletReady) when the runtime answers CRI Status with RuntimeReady and
+  NetworkReady, and the relister is healthy and recent; else False (KubeletNotReady) saying
+  which check failed.
+* MemoryPressure / DiskPressure: measured against the kubelet's default hard eviction
+  thresholds (memory.available < 100Mi, nodefs.available < 10% of the filesystem holding
+  rootDir). nodeagent does not evict; the condition tells the scheduler not to add more.
+* PIDPressure: False (KubeletHasSufficientPID): the kubelet has no default PID threshold either.
+
+kubeletVersion is ``v1.37.2+nodeagent.<version>``: the Kubernetes API level we implement and
+test against, with our own identity as semver build metadata (as k3s reports ``v1.30.2+k3s1``).
+Components that parse it (skew checks, `kubectl get nodes`) see 1.37.2, which is the behaviour
+we aim at; the suffix says it is not the kubelet.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+
+from cri import RuntimeClient
+from nodeagent import __version__, quantity
+from nodeagent.clock import Clock, SystemClock
+from nodeagent.cluster.apicalls import describe, is_conflict, is_not_found, rfc3339
+from nodeagent.config import AgentConfig
+from nodeagent.stages import NodeInfo
+
+log = structlog.get_logger("nodeagent.cluster.node")
+
+KUBE_VERSION = "v1.37.2"
+"""The Kubernetes release whose kubelet behaviour we implement (tests run its control plane)."""
+KUBELET_VERSION = f"{KUBE_VERSION}+nodeagent.{__version__}"
+PLEG_THRESHOLD_SECONDS = 180.0  # the kubelet's genericPlegRelistThreshold
+RUNTIME_CHECK_SECONDS = 5.0
+EVICTION_HARD_MEMORY = 100 * 2**20  # memory.available<100Mi
+EVICTION_HARD_NODEFS = 0.10  # nodefs.available<10%
+RETRY_INITIAL_SECONDS = 0.5
+RETRY_MAX_SECONDS = 8.0
+ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
+
+_CONDITIONS = {
+    # type: (reason when False, message when False, reason when True, message when True)
+    "MemoryPressure": ("KubeletHasSufficientMemory", "kubelet has sufficient memory available",
+                       "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
+    "DiskPressure": ("KubeletHasNoDiskPressure", "kubelet has no disk pressure",
+                     "KubeletHasDiskPressure", "kubelet has disk pressure"),
+    "PIDPressure": ("KubeletHasSufficientPID", "kubelet has sufficient PID available",
+                    "KubeletHasInsufficientPID", "kubelet has insufficient PID available"),
+}
+# The Events the kubelet sends when a condition changes (recordNodeStatusEvent).
+_TRANSITION_EVENTS = {
+    ("Ready", "True"): "NodeReady", ("Ready", "False"): "NodeNotReady",
+    ("MemoryPressure", "False"): "NodeHasSufficientMemory", ("MemoryPressure", "True"): "NodeHasInsufficientMemory",
+    ("DiskPressure", "False"): "NodeHasNoDiskPressure", ("DiskPressure", "True"): "NodeHasDiskPressure",
+    ("PIDPressure", "False"): "NodeHasSufficientPID", ("PIDPressure", "True"): "NodeHasInsufficientPID",
+}
+
+
+def architecture() -> str:
+    machine = platform.machine()
+    return ARCHITECTURES.get(machine, machine)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _os_image() -> str:
+    for line in _read("/etc/os-release").splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip('"')
+    return "Linux"
+
+
+def _meminfo() -> dict[str, int]:
+    out = {}
+    for line in _read("/proc/meminfo").splitlines():
+        key, _, rest = line.partition(":")
+        fields = rest.split()
+        if fields:
+            out[key] = int(fields[0]) * 1024
+    return out
+
+
+def _filesystem(path: Path) -> tuple[int, int]:
+    """(size, available) bytes of the filesystem holding ``path`` (its nearest existing parent)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def _cpu(millis: int) -> str:
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def _bytes(n: int) -> str:
+    return f"{n // 1024}Ki" if n % 1024 == 0 else str(n)
+
+
+def resources(config: AgentConfig, node: NodeInfo) -> tuple[dict[str, str], dict[str, str]]:
+    """(capacity, allocatable) as API quantities. cpu, memory and pods allocatable are the
+    agent's own (the admission stage decides with the same numbers the scheduler sees);
+    ephemeral-storage is the rootDir filesystem less reservations and the 10% eviction floor."""
+    size, _ = _filesystem(config.root_dir)
+    capacity = {
+        "cpu": str(os.cpu_count() or 1),
+        "memory": _bytes(_meminfo().get("MemTotal", 0)),
+        "pods": str(config.max_pods),
+        "ephemeral-storage": _bytes(size),
+    }
+    ephemeral = size - int(size * EVICTION_HARD_NODEFS)
+    for reserved in (config.kube_reserved, config.system_reserved):
+        if "ephemeral-storage" in reserved:
+            ephemeral -= quantity.base_units("ephemeral-storage", reserved["ephemeral-storage"])
+    allocatable = {
+        "cpu": _cpu(int(node.allocatable.get("cpu", 0))),
+        "memory": _bytes(int(node.allocatable.get("memory", 0))),
+        "pods": str(node.allocatable.get("pods", config.max_pods)),
+        "ephemeral-storage": str(max(ephemeral, 0)),
+    }
+    return capacity, allocatable
+
+
+class NodeStatus:
+    """Registers the Node and keeps its status current. ``uid`` is known once registered."""
+
+    def __init__(self, api: Any, config: AgentConfig, node: NodeInfo, runtime: RuntimeClient,
+                 relister_health: Callable[[], tuple[bool, float]], clock: Clock | None = None,
+                 record_event: Callable[[str, str, str], None] | None = None,
+                 kubelet_port: Callable[[], int] | None = None) -> None:
+        self._api = api
+        self._config = config
+        self._node = node
+        self._runtime = runtime
+        self._relister_health = relister_health
+        self._clock = clock or SystemClock()
+        self._record_event = record_event
+        self._kubelet_port = kubelet_port or (lambda: config.port)
+        """Where the kubelet API listens (the bound port when ``port`` is 0)."""
+        self.uid: str | None = None
+        self.registered = anyio.Event()
+        self._runtime_version = ""
+        self._reported: dict[str, Any] | None = None
+        """The last status written, without heartbeat times (to see changes)."""
+        self._reported_at = 0.0
+        self._transitions: dict[str, tuple[str, str]] = {}
+        """Condition type → (status, lastTransitionTime)."""
+        self.writes = 0
+
+    @property
+    def name(self) -> str:
+        return self._node.name
+
+    # --- the loop ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Reports started at once: the node's pods do not wait for its registration."""
+        task_status.started()
+        if self._record_event is not None:
+            self._record_event("Normal", "Starting", "Starting kubelet.")
+        delay = RETRY_INITIAL_SECONDS
+        while True:
+            try:
+                if self.uid is None:
+                    await self.register()
+                await self.update()
+                delay = RETRY_INITIAL_SECONDS
+                await self._clock.sleep(self._config.node_status_update_frequency)
+            except Exception as exc:  # noqa: BLE001 - the API server is away: retry, keep the node running
+                log.warning("node status not written; retrying", error=describe(exc), retry_in=delay)
+                await self._clock.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS, self._config.node_status_update_frequency)
+
+    async def register(self) -> None:
+        """Create the Node, or adopt the existing one (labels updated), then write its status."""
+        labels = self.labels()
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "labels": labels}, "spec": {}}
+        try:
+            created = await self._api.create(Node.from_dict(body))
+            log.info("node registered", node=self.name)
+        except Exception as exc:
+            if not is_conflict(exc):
+                raise
+            created = await self._api.patch(Node, self.name, {"metadata": {"labels": labels}},
+                                            patch_type=PatchType.MERGE)
+            log.info("node exists; updated it", node=self.name)
+        self.uid = created.metadata.uid
+        # A restarted agent keeps the transition times the Node already shows.
+        for condition in (created.status.conditions if created.status else None) or []:
+            if condition.lastTransitionTime is not None:
+                self._transitions.setdefault(condition.type, (condition.status, rfc3339(
+                    condition.lastTransitionTime.timestamp())))
+        self._reported = None  # write the full status now
+        self.registered.set()
+
+    async def update(self) -> None:
+        """Write the status if it changed or is due; re-register a Node that was deleted."""
+        status = await self.compute()
+        now = self._clock.monotonic()
+        if status == self._reported and now - self._reported_at < self._config.node_status_report_frequency:
+            return
+        stamped = self._stamp(status)
+        try:
+            await self._api.patch(Node.Status, self.name, {"status": stamped}, patch_type=PatchType.STRATEGIC)
+        except Exception as exc:
+            if is_not_found(exc):
+                log.warning("node object is gone; registering again", node=self.name)
+                self.uid = None
+            raise
+        self._events(status)
+        self._reported, self._reported_at = status, now
+        self.writes += 1
+
+    # --- what the status says ----------------------------------------------------------
+
+    def labels(self) -> dict[str, str]:
+        return {
+            **dict(self._node.labels),
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": architecture(),
+        }
+
+    async def _version(self) -> None:
+        """containerRuntimeVersion; until the runtime answers, empty (and Ready says why)."""
+        with anyio.move_on_after(RUNTIME_CHECK_SECONDS):
+            try:
+                info = await self._runtime.version()
+                self._runtime_version = f"{info.runtime_name}://{info.runtime_version}"
+            except Exception as exc:  # noqa: BLE001 - Ready says what is wrong
+                log.debug("CRI Version failed", error=str(exc))
+
+    async def compute(self) -> dict[str, Any]:
+        """The status without heartbeat or transition times."""
+        if not self._runtime_version:
+            await self._version()
+        capacity, allocatable = resources(self._config, self._node)
+        ready, message = await self._readiness()
+        conditions = [self._condition(t, pressure) for t, pressure in self._pressures().items()]
+        conditions.append({"type": "Ready", "status": "True" if ready else "False",
+                           "reason": "KubeletReady" if ready else "KubeletNotReady",
+                           "message": "kubelet is posting ready status" if ready else message})
+        return {
+            "capacity": capacity,
+            "allocatable": allocatable,
+            "conditions": conditions,
+            "addresses": [{"type": "InternalIP", "address": self._node.ip},
+                          {"type": "Hostname", "address": self.name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self._kubelet_port()}},
+            "nodeInfo": {
+                "machineID": _read("/etc/machine-id"),
+                "systemUUID": _read("/sys/class/dmi/id/product_uuid"),
+                "bootID": _read("/proc/sys/kernel/random/boot_id"),
+                "kernelVersion": platform.release(),
+                "osImage": _os_image(),
+                "containerRuntimeVersion": self._runtime_version,
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": architecture(),
+            },
+        }
+
+    async def _readiness(self) -> tuple[bool, str]:
+        problems: list[str] = []
+        status = None
+        with anyio.move_on_after(RUNTIME_CHECK_SECONDS):
+            try:
+                status = await self._runtime.status()
+            except Exception as exc:  # noqa: BLE001 - becomes the Ready message
+                problems.append(f"container runtime is down: {exc}")
+        if status is None and not problems:
+            problems.append(f"container runtime did not answer Status within {RUNTIME_CHECK_SECONDS:g}s")
+        if status is not None:
+            for kind in ("RuntimeReady", "NetworkReady"):
+                cond = status.condition(kind)
+                if cond is None or not cond.status:
+                    reason = cond.reason if cond else "NotReported"
+                    text = cond.message if cond else "the runtime did not report it"
+                    what = "network" if kind == "NetworkReady" else "runtime"
+                    problems.append(f"container runtime {what} not ready: {kind}=false reason:{reason} message:{text}")
+        healthy, last = self._relister_health()
+        age = time.time() - last if last else None
+        if not healthy or age is None or age > PLEG_THRESHOLD_SECONDS:
+            seen = f"was last seen active {age:.0f}s ago" if age is not None else "has not relisted yet"
+            problems.append(f"PLEG is not healthy: pleg {seen}; threshold is {PLEG_THRESHOLD_SECONDS:.0f}s")
+        return not problems, "; ".join(problems)
+
+    def _pressures(self) -> dict[str, bool]:
+        memory = _meminfo().get("MemAvailable")
+        size, available = _filesystem(self._config.root_dir)
+        return {
+            "MemoryPressure": memory is not None and memory < EVICTION_HARD_MEMORY,
+            "DiskPressure": size > 0 and available < size * EVICTION_HARD_NODEFS,
+            "PIDPressure": False,
+        }
+
+    @staticmethod
+    def _condition(kind: str, pressure: bool) -> dict[str, str]:
+        no_reason, no_message, yes_reason, yes_message = _CONDITIONS[kind]
+        return {"type": kind, "status": "True" if pressure else "False",
+                "reason": yes_reason if pressure else no_reason, "message": yes_message if pressure else no_message}
+
+    def _stamp(self, status: Mapping[str, Any]) -> dict[str, Any]:
+        now = rfc3339(self._clock.now())
+        conditions = []
+        for condition in status["conditions"]:
+            before = self._transitions.get(condition["type"])
+            since = before[1] if before is not None and before[0] == condition["status"] else now
+            self._transitions[condition["type"]] = (condition["status"], since)
+            conditions.append({**condition, "lastHeartbeatTime": now, "lastTransitionTime": since})
+        return {**status, "conditions": conditions}
+
+    def _events(self, status: Mapping[str, Any]) -> None:
+        if self._record_event is None:
+            return
+        before = {c["type"]: c["status"] for c in (self._reported or {}).get("conditions", [])}
+        for condition in status["conditions"]:
+            if before.get(condition["type"]) != condition["status"]:
+                reason = _TRANSITION_EVENTS.get((condition["type"], condition["status"]))
+                if reason:
+                    self._record_event("Normal", reason, f"Node {self.name} status is now: {reason}")

@@ -1,0 +1,15 @@
+"""The kubelet HTTP API (HTTPS on ``port``, default 10250), so that ``kubectl logs``,
+``kubectl exec``, ``attach`` and ``port-forward`` work through the API server.
+
+    server.py         TLS listener, routing, authentication, pod lookups (the kubelet's server.go)
+    wire.py           the HTTP/1.1 we need, by hand over anyio streams
+    containerlogs.py  /containerLogs, on top of nodeagent.logreader
+    streams.py        /exec /attach /portForward: CRI streaming URL, then a byte splice
+    certs.py          serving certificate (configured, or self-signed under rootDir/pki) and TLS
+
+The composition root starts it in cluster mode, or whenever ``enableServer`` is true.
+"""
+
+from nodeagent.kubeletserver.server import KubeletServer, enabled
+
+__all__ = ["KubeletServer", "enabled"]

@@ -1,0 +1,306 @@
+"""The kubelet API server: TLS on ``address:port``, the kubelet's paths (pkg/kubelet/server).
+
+    GET      /healthz                                   "ok" while the runtime relists
+    GET      /pods                                      v1.PodList of the pods the agent runs
+    GET      /containerLogs/{ns}/{pod}/{container}      follow previous tailLines timestamps
+                                                        sinceSeconds sinceTime limitBytes stream
+    GET|POST /exec/{ns}/{pod}[/{uid}]/{container}       command=... input output error tty
+    GET|POST /attach/{ns}/{pod}[/{uid}]/{container}     input output error tty
+    GET|POST /portForward/{ns}/{pod}[/{uid}]            port (websocket only)
+
+Authentication: with ``authentication.x509.clientCAFile``, a client must present a certificate
+signed by that CA (else 401); without it every TLS client is served. Any authenticated client
+may use every endpoint: the kubelet's Webhook authorization (a SubjectAccessReview per request)
+is not done. The server never listens without TLS.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import ByteStream, SocketStream
+from anyio.streams.tls import TLSAttribute, TLSStream
+
+from cri import CriError, RuntimeClient
+from cri import types as t
+from nodeagent import logreader as lr
+from nodeagent.config import AgentConfig
+from nodeagent.events import PodRef
+from nodeagent.kubeletserver import containerlogs, streams
+from nodeagent.kubeletserver.certs import server_context, serving_pair
+from nodeagent.kubeletserver.wire import BadRequest, Request, read_request, respond
+from nodeagent.lifecycle import PodState
+from nodeagent.model import Pod
+from nodeagent.pleg import Relister
+from nodeagent.status import StatusWriter
+
+log = structlog.get_logger("nodeagent.kubeletserver")
+
+HANDSHAKE_TIMEOUT_SECONDS = 10.0
+REQUEST_HEAD_TIMEOUT_SECONDS = 30.0
+BIND_RETRY_MAX_SECONDS = 60.0
+_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, ssl.SSLError, OSError)
+_ENDED = (PodState.TERMINATING, PodState.TERMINATED)
+
+PodEntry = tuple[PodRef, Pod, dict[str, Any], PodState]
+
+
+def enabled(config: AgentConfig) -> bool:
+    """``enableServer``, defaulting to cluster mode (a kubeconfig is configured)."""
+    return config.enable_server if config.enable_server is not None else config.kubeconfig is not None
+
+
+class SerialSend(ByteStream):
+    """A socket whose sends are serialised. TLSStream flushes TLS records to its transport from
+    both ``send`` and ``receive`` (a read can produce a record to write); with one task copying
+    in each direction, two flushes could otherwise meet on the socket (BusyResourceError)."""
+
+    def __init__(self, stream: SocketStream) -> None:
+        self._stream = stream
+        self._lock = anyio.Lock()
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        return await self._stream.receive(max_bytes)
+
+    async def send(self, item: bytes) -> None:
+        async with self._lock:
+            await self._stream.send(item)
+
+    async def send_eof(self) -> None:
+        async with self._lock:
+            await self._stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    @property
+    def extra_attributes(self) -> Any:
+        return self._stream.extra_attributes
+
+
+class KubeletServer:
+    """Reads the agent's state (status writer, relister's runtime cache) and calls the runtime;
+    it changes nothing in the agent."""
+
+    def __init__(self, config: AgentConfig, *, status: StatusWriter, relister: Relister, runtime: RuntimeClient,
+                 healthz: Callable[[], tuple[bool, str]]) -> None:
+        self._config = config
+        self._status = status
+        self._relister = relister
+        self._runtime = runtime
+        self._healthz = healthz
+        self._context: ssl.SSLContext | None = None
+        self._client_ca = config.authentication.x509.client_ca_file
+        self.port: int | None = None
+        """The bound port (the configured one, or the kernel's choice for port 0) once listening."""
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[int | None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled. Reports the bound port once listening, or None if the port is
+        taken: then it keeps trying (the kubelet exits instead; pods matter more than logs)."""
+        cert, key = await anyio.to_thread.run_sync(serving_pair, self._config)
+        self._context = server_context(cert, key, self._client_ca)
+        if self._client_ca is None:
+            log.warning("kubelet API serves every TLS client: authentication.x509.clientCAFile is not set")
+        listener = await self._listen()
+        task_status.started(self.port)
+        delay = 1.0
+        while listener is None:
+            await anyio.sleep(delay)
+            delay = min(delay * 2, BIND_RETRY_MAX_SECONDS)
+            listener = await self._listen()
+        async with listener:
+            await listener.serve(self._connection)
+
+    async def _listen(self) -> anyio.abc.Listener[SocketStream] | None:
+        address, port = self._config.address, self._config.port
+        try:
+            listener = await anyio.create_tcp_listener(local_host=address, local_port=port)
+        except OSError as exc:
+            log.error("kubelet API cannot listen; logs, exec and port-forward fail until it can (retrying)",
+                      address=address, port=port, error=str(exc))
+            return None
+        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        log.info("kubelet API listening", url=f"https://{address}:{self.port}",
+                 client_ca=str(self._client_ca) if self._client_ca else None)
+        return listener
+
+    # --- connections ----------------------------------------------------------------
+
+    async def _connection(self, raw: SocketStream) -> None:
+        assert self._context is not None
+        async with raw:
+            try:
+                with anyio.fail_after(HANDSHAKE_TIMEOUT_SECONDS):
+                    client = await TLSStream.wrap(SerialSend(raw), server_side=True, ssl_context=self._context,
+                                                  standard_compatible=False)
+            except (*_GONE, TimeoutError) as exc:
+                log.debug("TLS handshake failed", error=str(exc) or type(exc).__name__)
+                return
+            try:
+                try:
+                    with anyio.fail_after(REQUEST_HEAD_TIMEOUT_SECONDS):
+                        request = await read_request(client)
+                except BadRequest as exc:
+                    await respond(client, 400, f"{exc}\n")
+                    return
+                if self._client_ca is not None and not client.extra(TLSAttribute.peer_certificate, None):
+                    await respond(client, 401, "Unauthorized\n")
+                    return
+                await self._route(client, raw, request)
+            except (*_GONE, TimeoutError):
+                return
+            except Exception:  # one bad request must not take the listener (and the agent) down
+                log.exception("kubelet API request failed")
+                try:
+                    await respond(client, 500, "internal error\n")
+                except _GONE:
+                    pass
+
+    async def _route(self, client: TLSStream, raw: SocketStream, request: Request) -> None:
+        parts = request.segments()
+        head = parts[0] if parts else ""
+        streaming = head in ("exec", "attach", "portForward")
+        allowed = ("GET", "POST") if streaming else ("GET",)
+        known = request.path in ("/healthz", "/pods") or head in ("containerLogs", "exec", "attach", "portForward")
+        if not known:
+            await respond(client, 404, "404 page not found\n")
+            return
+        if request.method not in allowed:
+            await respond(client, 405, "Method Not Allowed", extra=[("Allow", ", ".join(allowed))])
+            return
+        if request.path == "/healthz":
+            ok, why = self._healthz()
+            await respond(client, 200 if ok else 500, "ok" if ok else why)
+        elif request.path == "/pods":
+            await respond(client, 200, json.dumps(self.pod_list()), "application/json")
+        elif head == "containerLogs":
+            await self._logs(client, raw, request, parts[1:])
+        else:
+            try:
+                await self._stream(client, request, head, parts[1:])
+            except streams.StreamError as exc:
+                await respond(client, exc.status, str(exc))
+
+    # --- what the agent runs ---------------------------------------------------------
+
+    def find_pod(self, namespace: str, name: str) -> PodEntry | None:
+        """GetPodByName: a pod the agent tracks; a live one wins over a terminating one with the
+        same name (an edited static manifest)."""
+        found = [e for e in self._status.all().values() if e[0].namespace == namespace and e[0].name == name]
+        found.sort(key=lambda e: e[3] in _ENDED)
+        return found[0] if found else None
+
+    def pod_list(self) -> dict[str, Any]:
+        items = []
+        for ref, pod, status, _state in self._status.all().values():
+            item = pod.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"api_version", "kind"})
+            item.setdefault("metadata", {}).update(name=ref.name, namespace=ref.namespace, uid=ref.uid)
+            item["status"] = status
+            items.append(item)
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+
+    def _rows(self) -> lr.Rows:
+        return [{"uid": uid, "status": status} for uid, (_r, _p, status, _s) in self._status.all().items()]
+
+    # --- /containerLogs ---------------------------------------------------------------
+
+    async def _logs(self, client: TLSStream, raw: SocketStream, request: Request, parts: list[str]) -> None:
+        if len(parts) != 3 or not all(parts):
+            await respond(client, 404, "404 page not found\n")
+            return
+        namespace, name, container = parts
+        try:
+            options = containerlogs.parse_options(request.query)
+        except containerlogs.OptionError as exc:
+            await respond(client, exc.status, str(exc))
+            return
+        entry = self.find_pod(namespace, name)
+        if entry is None:
+            await respond(client, 404, f'pod "{name}" does not exist')
+            return
+        ref, pod, status, _state = entry
+        containers = tuple(c.name for c in pod.spec.containers)
+        init = tuple(c.name for c in pod.spec.init_containers)
+        if container not in containers + init:
+            await respond(client, 404, f'container "{container}" not found in pod "{name}"')
+            return
+        statuses = {cs["name"]: cs for key in ("containerStatuses", "initContainerStatuses")
+                    for cs in status.get(key, [])}
+        directory = lr.pod_log_dir(self._config.pod_logs_dir, ref.namespace, ref.name, ref.uid)
+        target = lr.Target(lr.PodDir(ref.namespace, ref.name, ref.uid, directory), containers, init, statuses,
+                           from_agent=True)
+        subject = containerlogs.LogSubject(target, self._rows)
+        await containerlogs.serve_logs(client, subject, container, options, lambda: _closed_by_peer(raw),
+                                       time.time_ns())
+
+    # --- /exec /attach /portForward ----------------------------------------------------
+
+    async def _stream(self, client: TLSStream, request: Request, kind: str, parts: list[str]) -> None:
+        websocket = request.is_websocket
+        if kind == "portForward":
+            if len(parts) not in (2, 3):
+                raise streams.StreamError(404, "404 page not found")
+            namespace, name, uid = parts[0], parts[1], parts[2] if len(parts) == 3 else ""
+            ports = streams.forward_ports(request.query, websocket)
+            options = None
+        else:
+            if len(parts) not in (3, 4):
+                raise streams.StreamError(404, "404 page not found")
+            namespace, name, uid, container = parts[0], parts[1], parts[2] if len(parts) == 4 else "", parts[-1]
+            options = streams.stream_options(request.query)
+        entry = self.find_pod(namespace, name)
+        if entry is None:
+            raise streams.StreamError(404, "pod does not exist")
+        ref, pod = entry[0], entry[1]
+        if uid and uid != ref.uid:
+            raise streams.StreamError(404, "pod not found")
+        if not request.is_upgrade:
+            # The kubelet asks the runtime first; we refuse first, so a plain GET does not
+            # leave an unused session token in the runtime.
+            raise streams.StreamError(400, "Upgrade request required")
+        runtime_pod = self._relister.pod(ref.uid)
+        try:
+            if kind == "portForward":
+                sandbox = runtime_pod.ready_sandbox()
+                if sandbox is None:
+                    raise streams.StreamError(500, f'pod not found ("{ref.name}_{ref.namespace}")')
+                url = await self._runtime.port_forward(sandbox.id, ports)
+            else:
+                assert options is not None
+                record = runtime_pod.latest(container)
+                if record is None or not record.running:
+                    raise streams.StreamError(500, f'container not found ("{container}")')
+                if kind == "exec":
+                    url = await self._runtime.exec(t.ExecRequest(
+                        container_id=record.id, cmd=request.query.get("command", []), tty=options.tty,
+                        stdin=options.stdin, stdout=options.stdout, stderr=options.stderr))
+                else:
+                    # A process's terminal cannot change after it started: attach uses the
+                    # container's own tty setting, as the kubelet does.
+                    spec = next((c for c in pod.all_containers() if c.name == container), None)
+                    tty = spec.tty if spec is not None else options.tty
+                    url = await self._runtime.attach(t.AttachRequest(
+                        container_id=record.id, stdin=options.stdin, tty=tty, stdout=options.stdout,
+                        stderr=options.stderr and not tty))
+        except CriError as exc:
+            code = exc.code.name if exc.code is not None else ""
+            raise streams.StreamError({"NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429}.get(code, 500), str(exc)) from exc
+        log.info("streaming session", kind=kind, pod=f"{ref.namespace}/{ref.name}",
+                 protocol=request.header("Upgrade") or "", websocket=websocket)
+        await streams.splice(client, request, url)
+
+
+async def _closed_by_peer(raw: SocketStream) -> None:
+    """Returns once the client has closed its side. Reads the raw socket under TLS: after the
+    request nothing but a close_notify alert and the FIN may arrive, and neither is needed."""
+    try:
+        while True:
+            await raw.receive()
+    except _GONE:
+        return

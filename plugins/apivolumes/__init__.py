@@ -1,0 +1,330 @@
+"""The apivolumes stage: what pods need from the API server.
+
+prepare (after the volumes stage, before the runtime stage creates the sandbox) reads the
+configMaps and secrets the pod refers to, requests its service-account tokens (TokenRequest,
+bound to the pod), and
+
+* writes configMap, secret and projected volumes (serviceAccountToken, configMap, secret,
+  downwardAPI sources: the default ``kube-api-access-*`` volume is one) under
+  ``<rootDir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`` with plugins/volumes' atomic
+  writer (the kubelet's ``..data`` layout); secret and projected volumes on a tmpfs;
+* contributes each container's volumeMounts of them (read-only, subPath) and the values its
+  envFrom / configMapKeyRef / secretKeyRef take (:class:`nodeagent.additions.ApiEnv`, read by
+  plugins/runtime/env.py) through :mod:`nodeagent.additions`.
+
+A required configMap or secret that is missing makes a volume fail (RETRY, ``FailedMount``,
+the kubelet's ``MountVolume.SetUp failed for volume "v" : configmap "x" not found``); for env
+it makes the container wait with ``CreateContainerConfigError`` once the sandbox runs, as with
+the kubelet. observe re-reads everything every ``resyncSeconds`` (sooner while something is
+missing) so that volumes follow their objects and containers that (re)start get current env,
+and refreshes each token at 80% of its lifetime. unprepare unmounts and removes the volumes.
+
+Standalone (no API client) the stage does nothing and reports these fields as unhonoured.
+Configuration (section ``apivolumes``): ``resyncSeconds`` (60), ``tokenRefreshFraction`` (0.8).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+
+from cri import types as t
+from nodeagent import events as ev
+from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, contribute
+from nodeagent.model import EmptyDirVolumeSource, Volume, unhonoured_fields
+from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
+from nodeagent.stash import StashKey
+from plugins.apivolumes.envsources import resolve_env, uses_api
+from plugins.apivolumes.objects import ObjectReader, ObjectUnavailable
+from plugins.apivolumes.payload import (
+    CONFIG_MAP,
+    PROJECTED,
+    SECRET,
+    VolumeError,
+    as_text,
+    in_memory,
+    plugin_dir,
+    volume_payload,
+)
+from plugins.apivolumes.references import api_fields, api_volumes, needs_api
+from plugins.apivolumes.tokens import (
+    REFRESH_FRACTION,
+    TOKENS,
+    Token,
+    TokenUnavailable,
+    request_token,
+)
+from plugins.runtime.env import FieldError, PodFacts, container_env
+from plugins.volumes import sources
+from plugins.volumes.mountinfo import (
+    MountError,
+    is_mount_point,
+    mount_tmpfs,
+    mounts_under,
+    unmount,
+)
+from plugins.volumes.mounts import MountConfigError, PreparedVolume, container_mounts
+
+FAILED_MOUNT = "FailedMount"
+CONFIG_ERROR = "CreateContainerConfigError"
+UNHONOURED_CONDITION = "nodeagent.io/UnhonouredFields"  # the worker's condition, completed here
+FIRST_RETRY_SECONDS = 2.0
+"""observe re-reads this soon after a failed pass (doubling up to resyncSeconds): a pod waiting
+for a configMap starts soon after it is created."""
+
+CONTRIBUTED = StashKey[dict[str, list[t.Mount]]]("apivolumes.contributed")
+"""Container name → the mounts this stage added, so that a later pass replaces them."""
+ENV_GIVEN = StashKey[set[str]]("apivolumes.env_given")
+"""Containers whose ApiEnv this stage set."""
+REPORTED = StashKey[bool]("apivolumes.reported")
+"""Standalone: the unhonoured fields were reported (once per pod, not once per prepare)."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    resync_seconds: float = Field(default=60.0, gt=0, alias="resyncSeconds")
+    """How often objects are re-read (the kubelet's pod sync period is one minute)."""
+    token_refresh_fraction: float = Field(default=REFRESH_FRACTION, gt=0, lt=1, alias="tokenRefreshFraction")
+
+
+@dataclass
+class Pass:
+    """What one resolution pass found."""
+
+    volume_errors: dict[str, str] = field(default_factory=dict)
+    """Volume name → why it could not be (re)written (the kubelet's message)."""
+    env: dict[str, ApiEnv] = field(default_factory=dict)
+    mounts: dict[str, list[t.Mount]] = field(default_factory=dict)
+    mount_error: tuple[str, str] | None = None
+    """(container, message) when a container's mounts cannot be made."""
+    token_errors: list[str] = field(default_factory=list)
+    """Refreshes that failed while a cached token still serves."""
+    unreadable: list[str] = field(default_factory=list)
+    """Objects env needs that could not be read (forbidden, API server down)."""
+
+    @property
+    def complete(self) -> bool:
+        return not (self.volume_errors or self.mount_error or self.token_errors or self.unreadable
+                    or any(e.error for e in self.env.values()))
+
+
+class ApiVolumesStage(Prepare, Observe):
+    name: ClassVar[str] = "apivolumes"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def describe(self) -> dict[str, Any]:
+        return self.settings.model_dump(by_alias=True)
+
+    # --- prepare ---------------------------------------------------------------------------
+
+    async def prepare(self, ctx: PodContext) -> Result:
+        pod = ctx.pod
+        if ctx.api is None:
+            await self._report_unhonoured(ctx)
+            return Result.skip()
+        if not needs_api(pod):
+            return Result.skip()
+        found = await self._resolve(ctx)
+        if found.volume_errors:
+            name, message = next(iter(found.volume_errors.items()))
+            ctx.log.warning("volume setup failed", volume=name, error=message)
+            return Result.retry(FAILED_MOUNT, f'MountVolume.SetUp failed for volume "{name}" : {message}')
+        if found.mount_error is not None:
+            container, message = found.mount_error
+            ctx.status.container_waiting(container, CONFIG_ERROR, message)
+            return Result.retry(CONFIG_ERROR, f"container {container}: {message}")
+        self._contribute(ctx, found)
+        # A missing env object is not a prepare failure: the sandbox runs and the container
+        # waits with CreateContainerConfigError (the runtime stage reports it), as with the
+        # kubelet; observe keeps reading until the object appears.
+        for container, api_env in found.env.items():
+            if api_env.error:
+                ctx.log.info("container env waits for the API", container=container, error=api_env.error)
+        return Result.ok()
+
+    async def _report_unhonoured(self, ctx: PodContext) -> None:
+        """Standalone: these fields cannot be honoured. The worker's condition lists only the
+        fields the model does not know; it is completed with ours."""
+        ours = api_fields(ctx.pod)
+        if not ours or ctx.stash.get(REPORTED):
+            return
+        ctx.stash[REPORTED] = True
+        ctx.log.warning("no API server: configMap/secret/projected volumes and env are not honoured", fields=ours)
+        await ctx.publish(ev.UnhonouredFieldsFound(fields=ours))
+        every = sorted({*unhonoured_fields(ctx.pod), *ours})
+        ctx.status.set_condition(UNHONOURED_CONDITION, True, "FieldsNotHonoured",
+                                 "nodeagent does not act on: " + ", ".join(every))
+
+    # --- one pass: read, write, resolve ----------------------------------------------------
+
+    async def _resolve(self, ctx: PodContext) -> Pass:
+        pod = ctx.pod
+        namespace = pod.metadata.namespace
+        reader = ObjectReader(ctx.api, namespace)
+        facts = PodFacts(host_ips=(ctx.node.ip,) if ctx.node.ip else (), allocatable=dict(ctx.node.allocatable))
+        found = Pass()
+        tokens = ctx.stash.setdefault(TOKENS, {})
+
+        async def token(audience: str, seconds: int) -> str:
+            key = (audience, seconds)
+            cached = tokens.get(key)
+            now = ctx.clock.now()
+            if cached is not None and now < cached.refresh_at(self.settings.token_refresh_fraction):
+                return cached.value
+            try:
+                fresh = await request_token(ctx.api, pod, audience, seconds)
+            except TokenUnavailable as exc:
+                if cached is not None and now < cached.expires_at:
+                    # The kubelet's token manager too serves the cached token until it expires.
+                    ctx.log.warning("token refresh failed; the cached token still serves", error=str(exc))
+                    found.token_errors.append(str(exc))
+                    return cached.value
+                raise
+            tokens[key] = fresh
+            return fresh.value
+
+        prepared: dict[str, PreparedVolume | None] = {v.name: None for v in pod.spec.volumes}
+        for volume in api_volumes(pod):
+            plugin = plugin_dir(volume)
+            assert plugin is not None
+            path = ctx.pod_dir / "volumes" / plugin / volume.name
+            try:
+                payload = as_text(await volume_payload(volume, pod, reader, token, facts))
+                await self._write(ctx, volume, path, payload)
+            except (VolumeError, sources.SetupError, MountError, OSError) as exc:
+                found.volume_errors[volume.name] = str(exc)
+            if (path / sources.DATA_DIR).is_dir():
+                # Written now or by an earlier pass: after a failed re-read the old content
+                # stays mounted, as the kubelet keeps it.
+                prepared[volume.name] = PreparedVolume(path, read_only=True)  # always read-only (kubelet)
+
+        given = ctx.stash.get(CONTAINER_ADDITIONS, {})
+        for container in pod.all_containers():
+            if not uses_api(container):
+                continue
+            try:
+                found.env[container.name] = await resolve_env(container, reader, namespace)
+            except ObjectUnavailable as exc:
+                # Unreadable is not missing: a container that restarts while the API server is
+                # away keeps the env read before (the kubelet's caches serve it likewise).
+                found.unreadable.append(str(exc))
+                before = given[container.name].api_env if container.name in given else None
+                found.env[container.name] = before if before is not None and not before.error \
+                    else ApiEnv(error=str(exc))
+
+        mine = {v.name for v in api_volumes(pod)}
+        for container in pod.all_containers():
+            own = [m for m in container.volume_mounts if m.name in mine]
+            if not own:
+                continue
+            try:
+                env: Mapping[str, str] = {}
+                if any(m.sub_path_expr for m in own):
+                    env = container_env(pod, container, facts, found.env.get(container.name))
+                only_ours = container.model_copy(update={"volume_mounts": own})
+                found.mounts[container.name] = await anyio.to_thread.run_sync(
+                    container_mounts, only_ours, prepared, env)
+            except (MountConfigError, FieldError, OSError) as exc:
+                found.mount_error = (container.name, str(exc))
+                break
+        return found
+
+    async def _write(self, ctx: PodContext, volume: Volume, path: Path, payload: Mapping[str, tuple[str, int]]) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        if in_memory(volume) and not is_mount_point(path):
+            size = sources.tmpfs_size(EmptyDirVolumeSource(medium="Memory"), ctx.pod,
+                                      ctx.node.allocatable.get("memory", 0))
+            await mount_tmpfs(path, size)
+        if await anyio.to_thread.run_sync(sources.write_atomically, path, payload):
+            ctx.log.debug("volume written", volume=volume.name, files=sorted(payload))
+
+    # --- contributions -------------------------------------------------------------------
+
+    def _contribute(self, ctx: PodContext, found: Pass) -> None:
+        """Replace what an earlier pass contributed (a retry, a resync, an agent restart)."""
+        self._withdraw(ctx)
+        for container, mounts in found.mounts.items():
+            if mounts:
+                contribute(ctx.stash, self.name, container).mounts.extend(mounts)
+        for container, api_env in found.env.items():
+            contribute(ctx.stash, self.name, container).api_env = api_env
+        ctx.stash[CONTRIBUTED] = {name: list(mounts) for name, mounts in found.mounts.items()}
+        ctx.stash[ENV_GIVEN] = set(found.env)
+
+    @staticmethod
+    def _withdraw(ctx: PodContext) -> None:
+        before = ctx.stash.pop(CONTRIBUTED) or {}
+        given = ctx.stash.pop(ENV_GIVEN) or set()
+        entries = ctx.stash.get(CONTAINER_ADDITIONS, {})
+        for container, mounts in before.items():
+            entry = entries.get(container)
+            if entry is not None:
+                entry.mounts[:] = [m for m in entry.mounts if m not in mounts]
+        for container in given:
+            entry = entries.get(container)
+            if entry is not None:
+                entry.api_env = None
+
+    # --- observe: resync and token refresh -------------------------------------------------
+
+    async def observe(self, ctx: PodContext) -> None:
+        if ctx.api is None or not needs_api(ctx.pod):
+            return
+        retry = FIRST_RETRY_SECONDS
+        complete = True
+        while True:
+            now = ctx.clock.now()
+            if complete:
+                wake = min([now + self.settings.resync_seconds,
+                            *(tok.refresh_at(self.settings.token_refresh_fraction)
+                              for tok in ctx.stash.get(TOKENS, {}).values())])
+            else:
+                wake = now + retry
+                retry = min(retry * 2, self.settings.resync_seconds)
+            await ctx.clock.sleep(max(wake - now, 0.0))
+            found = await self._resolve(ctx)
+            if found.mount_error is None:
+                self._contribute(ctx, found)
+            complete = found.complete
+            if complete:
+                retry = FIRST_RETRY_SECONDS
+            else:
+                ctx.log.info("resync incomplete; retrying", volumes=found.volume_errors,
+                             env={c: e.error for c, e in found.env.items() if e.error},
+                             mounts=found.mount_error, tokens=found.token_errors, unreadable=found.unreadable)
+
+    # --- unprepare -----------------------------------------------------------------------
+
+    async def unprepare(self, ctx: PodContext) -> None:
+        # Found on disk and in the mount table, not remembered: this may be a restarted agent.
+        for plugin in (CONFIG_MAP, SECRET, PROJECTED):
+            directory = ctx.pod_dir / "volumes" / plugin
+            for mount_point in mounts_under(directory):
+                await unmount(mount_point)
+            left = mounts_under(directory)
+            if left:
+                ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])
+                continue
+            await anyio.to_thread.run_sync(_remove_tree, directory)
+        self._withdraw(ctx)
+        ctx.stash.pop(TOKENS)
+
+
+def _remove_tree(directory: Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def plugin(config: Mapping[str, Any], handle: AgentHandle) -> ApiVolumesStage:
+    return ApiVolumesStage(Settings.model_validate(dict(config)))
+
+
+plugin.stage_class = ApiVolumesStage  # type: ignore[attr-defined]
+__all__ = ["ApiVolumesStage", "Settings", "Token", "api_fields", "plugin"]

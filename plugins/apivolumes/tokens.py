@@ -1,0 +1,73 @@
+"""Service-account tokens for projected volumes: TokenRequest bound to the pod, cached per
+pod and refreshed the way the kubelet's token manager does (pkg/kubelet/token).
+
+A token is refreshed once 80% of its lifetime has passed, or when it is older than 24 hours;
+a failed refresh keeps serving the cached token until it expires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lightkube import ApiError
+from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ServiceAccountToken
+
+from nodeagent.model import Pod
+from nodeagent.stash import StashKey
+
+REFRESH_FRACTION = 0.8
+"""The kubelet refreshes within the last 20% of a token's lifetime."""
+MAX_TOKEN_AGE_SECONDS = 24 * 3600.0
+
+TokenKey = tuple[str, int]
+"""(audience, expirationSeconds): projections that ask the same share one token, as they share
+one entry in the kubelet's cache."""
+
+
+@dataclass(frozen=True)
+class Token:
+    value: str
+    expires_at: float
+    """status.expirationTimestamp, seconds since the epoch."""
+    lifetime: int
+    """spec.expirationSeconds as the API server granted it."""
+
+    @property
+    def issued_at(self) -> float:
+        # The kubelet derives iat from exp and the granted lifetime too (requiresRefresh).
+        return self.expires_at - self.lifetime
+
+    def refresh_at(self, fraction: float = REFRESH_FRACTION) -> float:
+        return min(self.issued_at + fraction * self.lifetime, self.issued_at + MAX_TOKEN_AGE_SECONDS)
+
+
+TOKENS = StashKey[dict[TokenKey, Token]]("apivolumes.tokens")
+
+
+class TokenUnavailable(Exception):
+    pass
+
+
+async def request_token(api: Any, pod: Pod, audience: str, expiration_seconds: int) -> Token:
+    """TokenRequest for the pod's service account, bound to the pod (the NodeRestriction
+    admission plugin refuses a node's request for a token not bound to a pod on it)."""
+    spec = TokenRequestSpec(
+        audiences=[audience] if audience else None,  # None: the API server's own audiences
+        expirationSeconds=expiration_seconds,
+        boundObjectRef=BoundObjectReference(apiVersion="v1", kind="Pod", name=pod.metadata.name, uid=pod.uid),
+    )
+    account = pod.spec.service_account_name or "default"
+    try:
+        answer = await api.create(ServiceAccountToken(metadata=ObjectMeta(), spec=spec), name=account,
+                                  namespace=pod.metadata.namespace)
+    except ApiError as exc:
+        raise TokenUnavailable(exc.status.message or str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 — transport errors: the cached token serves meanwhile
+        raise TokenUnavailable(f"cannot request a token for service account "
+                               f"{pod.metadata.namespace}/{account}: {exc!r}") from None
+    granted = answer.spec.expirationSeconds or expiration_seconds
+    return Token(value=answer.status.token, expires_at=answer.status.expirationTimestamp.timestamp(),
+                 lifetime=int(granted))

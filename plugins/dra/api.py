@@ -1,0 +1,170 @@
+"""The two gRPC APIs a DRA driver serves, as typed calls: plugin registration (GetInfo,
+NotifyRegistrationStatus) and DRA v1 / v1beta1 (NodePrepareResources, NodeUnprepareResources).
+
+The generated stubs stay behind this module; gRPC failures become :class:`DriverCallError` here,
+once. The kubelet's timeouts are the defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import grpc
+
+from plugins.dra._generated import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    pluginregistration_v1_pb2,
+    pluginregistration_v1_pb2_grpc,
+)
+
+PLUGIN_TYPE = "DRAPlugin"
+SERVICES: Mapping[str, tuple[ModuleType, ModuleType]] = {
+    "v1.DRAPlugin": (dra_v1_pb2, dra_v1_pb2_grpc),
+    "v1beta1.DRAPlugin": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
+}
+"""What the agent speaks, as plugins advertise it in PluginInfo.supported_versions (the
+kubelet's servicesSupportedByKubelet); the plugin's own order decides which one is used."""
+
+CALL_TIMEOUT_SECONDS = 45.0  # the kubelet's defaultClientCallTimeout for DRA calls
+GET_INFO_TIMEOUT_SECONDS = 1.0  # pluginwatcher: GetInfo
+NOTIFY_TIMEOUT_SECONDS = 5.0  # pluginwatcher: notifyTimeoutDuration
+
+
+class DriverCallError(Exception):
+    """A gRPC call to a plugin failed as a whole (transport, deadline, or the plugin's error)."""
+
+    def __init__(self, method: str, error: grpc.aio.AioRpcError | grpc.aio.UsageError) -> None:
+        if isinstance(error, grpc.aio.AioRpcError):
+            code = error.code()
+            super().__init__(f"{method}: {code.name if code else 'UNKNOWN'}: {error.details() or ''}".rstrip(": "))
+            self.code: grpc.StatusCode | None = code
+        else:  # the channel was closed under the call: the plugin was deregistered meanwhile
+            super().__init__(f"{method}: the plugin was deregistered during the call ({error})")
+            self.code = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    namespace: str
+    uid: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Device:
+    pool_name: str
+    device_name: str
+    request_names: tuple[str, ...] = ()
+    """Empty: the device serves every request of the claim."""
+    cdi_device_ids: tuple[str, ...] = ()
+    share_id: str | None = None
+
+    def serves(self, request: str) -> bool:
+        """Whether a container asking for ``request`` of the claim (empty: all) gets this device.
+        A device allocated for subrequest ``req/sub`` serves ``req``, as the kubelet matches."""
+        if not request or not self.request_names:
+            return True
+        return any(name == request or name.split("/", 1)[0] == request for name in self.request_names)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One claim's answer to NodePrepareResources: devices, or an error (devices ignored)."""
+
+    devices: tuple[Device, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    type: str
+    name: str
+    endpoint: str
+    supported_versions: tuple[str, ...] = field(default_factory=tuple)
+
+
+def target(socket_path: str) -> str:
+    return f"unix:{socket_path}"
+
+
+# --- registration --------------------------------------------------------------------------
+
+
+async def get_info(channel: grpc.aio.Channel, timeout: float = GET_INFO_TIMEOUT_SECONDS) -> PluginInfo:
+    stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+    try:
+        info = await stub.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=timeout)
+    except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
+        raise DriverCallError("GetInfo", exc) from None
+    return PluginInfo(info.type, info.name, info.endpoint, tuple(info.supported_versions))
+
+
+async def notify_registration_status(channel: grpc.aio.Channel, registered: bool, error: str = "",
+                                     timeout: float = NOTIFY_TIMEOUT_SECONDS) -> None:
+    stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+    try:
+        await stub.NotifyRegistrationStatus(
+            pluginregistration_v1_pb2.RegistrationStatus(plugin_registered=registered, error=error), timeout=timeout)
+    except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
+        raise DriverCallError("NotifyRegistrationStatus", exc) from None
+
+
+# --- DRA -----------------------------------------------------------------------------------
+
+
+class DraClient:
+    """NodePrepareResources / NodeUnprepareResources on one plugin endpoint, in the service
+    version chosen at registration. Both calls are idempotent on the driver's side."""
+
+    def __init__(self, endpoint: str, service: str, timeout: float = CALL_TIMEOUT_SECONDS) -> None:
+        self.endpoint = endpoint
+        self.service = service
+        self.timeout = timeout
+        self._pb2, grpc_module = SERVICES[service]
+        self._channel = grpc.aio.insecure_channel(target(endpoint))
+        self._stub: Any = grpc_module.DRAPluginStub(self._channel)
+
+    def _claims(self, claims: Sequence[Claim]) -> list[Any]:
+        return [self._pb2.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
+
+    async def prepare(self, claims: Sequence[Claim]) -> dict[str, Prepared]:
+        """Claim UID → outcome. A claim missing from the answer is reported as an error here,
+        so the caller never takes silence for success."""
+        try:
+            response = await self._stub.NodePrepareResources(
+                self._pb2.NodePrepareResourcesRequest(claims=self._claims(claims)), timeout=self.timeout)
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
+            raise DriverCallError("NodePrepareResources", exc) from None
+        out: dict[str, Prepared] = {}
+        for claim in claims:
+            if claim.uid not in response.claims:
+                out[claim.uid] = Prepared(error="the driver's answer skipped this ResourceClaim")
+                continue
+            answer = response.claims[claim.uid]
+            devices = tuple(
+                Device(pool_name=d.pool_name, device_name=d.device_name, request_names=tuple(d.request_names),
+                       cdi_device_ids=tuple(d.cdi_device_ids),
+                       share_id=d.share_id if "share_id" in d.DESCRIPTOR.fields_by_name and d.HasField("share_id")
+                       else None)
+                for d in answer.devices)
+            out[claim.uid] = Prepared(devices=devices, error=answer.error)
+        return out
+
+    async def unprepare(self, claims: Sequence[Claim]) -> dict[str, str]:
+        """Claim UID → error ("" when unprepared)."""
+        try:
+            response = await self._stub.NodeUnprepareResources(
+                self._pb2.NodeUnprepareResourcesRequest(claims=self._claims(claims)), timeout=self.timeout)
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
+            raise DriverCallError("NodeUnprepareResources", exc) from None
+        return {c.uid: (response.claims[c.uid].error if c.uid in response.claims
+                        else "the driver's answer skipped this ResourceClaim") for c in claims}
+
+    async def close(self) -> None:
+        await self._channel.close()

@@ -1,0 +1,343 @@
+"""The gang stage: a gang's pods come up as a group or not at all (docs/GANG.md).
+
+Local preparation (admission, images, sandbox, volumes, devices) is phase one of a two-phase
+start; container start is phase two, and ``permit`` is the barrier between them:
+
+- ``admit`` fails a member at once when its gang has already aborted, and checks that the node
+  can hold the member beside everything admitted before it; a member that does not fit fails with
+  ``GangLocalAdmissionFailed`` and aborts its gang, so that the node's share of a gang is admitted
+  all or none.
+- ``reserve`` makes the pod a member of its gang's current generation (holding starts: the
+  timeout runs from the first member's reserve); ``unreserve`` removes it, and a member leaving a
+  gang that has not committed aborts it (it was deleted, failed preparation or was rejected).
+- ``permit`` parks each prepared member with ``WaitingForGang`` until the gang commits (every
+  waiting member is woken then), and fails it with ``GangAborted`` / ``GangAdmissionTimeout`` when
+  the gang aborts; the worker then tears it down the normal way (stop, unprepare, cleanup,
+  unreserve). Non-gang pods are skipped in every phase: they never wait behind a gang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from nodeagent.events import Event, PodRef
+from nodeagent.model import Pod
+from nodeagent.stages import (
+    Admit,
+    AgentHandle,
+    NodeView,
+    Permit,
+    PodContext,
+    Reserve,
+    Result,
+    Verdict,
+)
+from plugins.gang.catalog import GroupCatalog, ManifestCatalog, NoCatalog
+from plugins.gang.declaration import (
+    Declaration,
+    DeclarationError,
+    created_at,
+    declaration_of,
+)
+from plugins.gang.events import (
+    GangAborted,
+    GangCommitted,
+    GangMemberPrepared,
+    GangPartialStartDetected,
+)
+from plugins.gang.metrics import GangMetrics
+from plugins.gang.state import (
+    Decider,
+    Gangs,
+    GangState,
+    Generation,
+    LocalQuorum,
+    Member,
+)
+from plugins.noderesources import NodeResources
+
+log = structlog.get_logger("nodeagent.gang")
+
+WAITING = "WaitingForGang"
+ABORTED = "GangAborted"
+TIMEOUT = "GangAdmissionTimeout"
+LOCAL_ADMISSION_FAILED = "GangLocalAdmissionFailed"
+INVALID = "GangDeclarationInvalid"
+POLICY_UNAVAILABLE = "GangPolicyUnavailable"
+# Pod conditions (domain-qualified, like readiness gates): the member's vote and the decision it
+# followed. In cluster mode the same conditions are what other nodes' agents read.
+PREPARED_CONDITION = "gang.nodeagent.io/Prepared"
+COMMITTED_CONDITION = "gang.nodeagent.io/StartCommitted"
+
+
+class GangConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    timeout_seconds: float = Field(default=300.0, gt=0)
+    """How long a gang may hold its members' reservations without committing, unless its
+    declaration says (coscheduling: scheduleTimeoutSeconds, else 60 s; ours: the
+    gang.nodeagent.io/timeout-seconds annotation). 300 s is kube-scheduler's gang timeout."""
+    pod_group_path: Path | None = None
+    """A directory of PodGroup / Workload manifests (standalone mode has no API server to read
+    them from)."""
+    strict: bool = False
+    """A pod that names a group whose minMember cannot be learned fails (GangPolicyUnavailable)
+    instead of starting as a pod of its own (the scheduler-trust default)."""
+    recheck_seconds: float = Field(default=5.0, gt=0)
+    """At most this long between two looks at a waiting gang (commits and aborts wake members at
+    once; this only bounds how late a timeout is noticed and a status refreshed)."""
+
+
+class GangStage(Admit, Reserve, Permit):
+    name: ClassVar[str] = "gang"
+
+    def __init__(self, config: GangConfig, handle: AgentHandle, catalog: GroupCatalog | None = None,
+                 decider: Decider | None = None) -> None:
+        self.config = config
+        self._handle = handle
+        self._clock = handle.clock
+        self._catalog = catalog or (ManifestCatalog(config.pod_group_path) if config.pod_group_path else NoCatalog())
+        self._decider = decider or LocalQuorum()
+        self._fit = NodeResources()
+        self.gangs = Gangs()
+        self.metrics = GangMetrics()
+
+    # --- admission: all or none of the node's share -------------------------------------
+
+    async def admit(self, pod: Pod, node: NodeView) -> Result:
+        try:
+            decl = self._declaration(pod)
+        except DeclarationError as exc:
+            return Result.reject(INVALID, f"pod {_name(pod)} declares a gang that cannot be used: {exc}")
+        if decl is None:
+            return Result.skip()
+        if decl.min_member is None:
+            return self._unknown(pod, decl)
+        gen = self.gangs.generation_for(decl.key, created_at(pod))
+        if gen is not None and gen.state is GangState.ABORTED:
+            return Result.reject(gen.reason, gen.message)
+        fit = await self._fit.admit(pod, node)
+        if fit.verdict is not Verdict.REJECT:
+            return Result.ok()
+        cause = f"{fit.reason}: {fit.message}"
+        if gen is None or gen.state is GangState.FORMING:
+            gen = gen or self.gangs.open(decl, decl.min_member, self._timeout(decl), self._clock.monotonic())
+            message = (f"gang {decl.key} aborted: member {_name(pod)} cannot be admitted on node "
+                       f"{node.node.name} ({cause}); no container of the gang was started")
+            self._abort(gen, ABORTED, message)
+            await self._announce(pod, gen, LOCAL_ADMISSION_FAILED, message)
+            return Result.reject(LOCAL_ADMISSION_FAILED, f"{cause}; every member of gang {decl.key} is released")
+        # A committed gang keeps running: this late member fails alone.
+        return Result.reject(LOCAL_ADMISSION_FAILED, f"{cause} (gang {decl.key} had started without it)")
+
+    async def reserve(self, pod: Pod, node: NodeView) -> Result:
+        decl = self._declaration_or_none(pod)
+        if decl is None or decl.min_member is None:
+            return Result.skip()
+        gen = self._join(pod, decl)
+        if gen.state is GangState.ABORTED:
+            return Result.reject(gen.reason, gen.message)
+        return Result.ok()
+
+    async def unreserve(self, pod: Pod) -> None:
+        gen = self.gangs.member_of(pod.uid)
+        if gen is None:
+            return
+        aborted = gen.state is GangState.FORMING
+        if aborted:
+            message = (f"gang {gen.key} aborted: member {_name(pod)} was released before the gang committed "
+                       "(deleted, failed its preparation or rejected on this node); no container of the gang "
+                       "was started")
+            self._abort(gen, ABORTED, message)
+        # Leave after the abort: an aborted generation stays as a tombstone for its stragglers.
+        self.gangs.leave(pod.uid)
+        if aborted:
+            await self._announce(pod, gen, ABORTED, gen.message)
+
+    # --- the barrier ---------------------------------------------------------------------
+
+    async def permit(self, ctx: PodContext) -> Result:
+        pod = ctx.pod
+        try:
+            decl = self._declaration(pod)
+        except DeclarationError as exc:
+            return Result.reject(INVALID, f"pod {_name(pod)} declares a gang that cannot be used: {exc}")
+        if decl is None or decl.min_member is None:
+            return Result.skip()
+        gen = self.gangs.member_of(pod.uid) or self._join(pod, decl)
+        if gen.state is GangState.ABORTED:
+            return await self._fail(ctx, gen, gen.members.get(pod.uid))
+        member = self.gangs.join(gen, ctx.ref, self._clock.monotonic())
+        member.ctx = ctx
+        if gen.state is GangState.COMMITTED:
+            return await self._release(ctx, gen, member)
+
+        now = self._clock.monotonic()
+        arrived = member.prepared_at is None
+        if arrived:
+            if ctx.observed.containers:
+                # Only an agent restart gets here: containers are created after a commit, so
+                # their existence is the commit's record (the runtime is the checkpoint).
+                self._commit(gen, recovered=True)
+                return await self._release(ctx, gen, member, recovered=True)
+            member.prepared_at = now
+        # Decide before the first await, so that no other member interleaves between counting
+        # and deciding; the answer below reads the state again after the awaits.
+        decision = self._decider.decide(gen, now)
+        if decision == "commit":
+            self._commit(gen)
+        elif decision == "timeout":
+            self._abort(gen, TIMEOUT, f"gang {gen.key} did not commit within {gen.timeout:g}s: "
+                                      f"{len(gen.prepared())} of {gen.min_member} members were prepared; "
+                                      "no container of the gang was started")
+        if arrived:
+            await ctx.publish(GangMemberPrepared(gang=str(gen.key), generation=gen.number,
+                                                 prepared=len(gen.prepared()), min_member=gen.min_member))
+        return await self._follow(ctx, gen, member)
+
+    async def _follow(self, ctx: PodContext, gen: Generation, member: Member) -> Result:
+        """The member's answer from its generation's state, read after the awaits above."""
+        if gen.state is GangState.COMMITTED:
+            return await self._release(ctx, gen, member)
+        if gen.state is GangState.ABORTED:
+            return await self._fail(ctx, gen, member)
+        now = self._clock.monotonic()
+        message = (f"gang {gen.key}: {len(gen.prepared())} of {gen.min_member} members prepared; "
+                   f"waiting up to {max(gen.deadline - now, 0):.0f}s more")
+        for container in ctx.pod.all_containers():
+            ctx.status.container_waiting(container.name, WAITING, message)
+        ctx.status.set_condition(PREPARED_CONDITION, True, WAITING, f"generation {gen.number}: {message}")
+        retry = min(max(gen.deadline - now, 0.05), self.config.recheck_seconds)
+        return Result.wait(WAITING, message, retry_after=retry)
+
+    # --- decisions -------------------------------------------------------------------------
+
+    def _commit(self, gen: Generation, *, recovered: bool = False) -> None:
+        now = self._clock.monotonic()
+        self.gangs.decide(gen, GangState.COMMITTED, "GangCommitted",
+                          f"gang {gen.key} committed" + (" (recovered from the runtime)" if recovered else ""),
+                          now, self._clock.now())
+        self.metrics.decisions["commit"] += 1
+        log.info("gang committed", gang=str(gen), prepared=gen.prepared_at_commit, min_member=gen.min_member)
+        for member in gen.members.values():
+            self.metrics.hold.observe(now - member.reserved_at, "commit")
+        self._wake(gen)
+
+    def _abort(self, gen: Generation, reason: str, message: str) -> None:
+        now = self._clock.monotonic()
+        self.gangs.decide(gen, GangState.ABORTED, reason, message, now, self._clock.now())
+        result = "timeout" if reason == TIMEOUT else "abort"
+        self.metrics.decisions[result] += 1
+        log.warning("gang aborted", gang=str(gen), reason=reason, message=message)
+        for member in gen.members.values():
+            self.metrics.hold.observe(now - member.reserved_at, result)
+        self._wake(gen)
+
+    def _wake(self, gen: Generation) -> None:
+        for member in gen.members.values():
+            if member.ctx is not None:
+                member.ctx.wake()
+
+    async def _release(self, ctx: PodContext, gen: Generation, member: Member, *, recovered: bool = False) -> Result:
+        waited = 0.0
+        if member.prepared_at is not None and not member.released:
+            waited = self._clock.monotonic() - member.prepared_at
+            self.metrics.barrier_wait.observe(waited, "commit")
+        joined_late = member.prepared_at is None and not recovered
+        member.released = True
+        for container in ctx.pod.all_containers():
+            ctx.status.clear_container_waiting(container.name)
+        ctx.status.set_condition(PREPARED_CONDITION, True, "GangCommitted", f"generation {gen.number}")
+        ctx.status.set_condition(COMMITTED_CONDITION, True, "GangCommitted",
+                                 f"gang {gen.key} generation {gen.number}: {gen.prepared_at_commit} of "
+                                 f"{gen.min_member} members were prepared")
+        await ctx.publish(GangCommitted(gang=str(gen.key), generation=gen.number, prepared=gen.prepared_at_commit,
+                                        min_member=gen.min_member, waited_seconds=waited,
+                                        joined_after_commit=joined_late, recovered=recovered))
+        return Result.ok()
+
+    async def _fail(self, ctx: PodContext, gen: Generation, member: Member | None) -> Result:
+        if member is not None and member.prepared_at is not None:
+            self.metrics.barrier_wait.observe(self._clock.monotonic() - member.prepared_at,
+                                              "timeout" if gen.reason == TIMEOUT else "abort")
+        # Runtime evidence, not bookkeeping: a member of an aborted gang with containers is a
+        # partial start, whoever started them.
+        containers = [c.name for c in ctx.observed.containers]
+        if containers:
+            self.metrics.partial_starts += 1
+            await ctx.publish(GangPartialStartDetected(gang=str(gen.key), generation=gen.number,
+                                                       containers=containers))
+        for container in ctx.pod.all_containers():
+            ctx.status.clear_container_waiting(container.name)
+        ctx.status.set_condition(COMMITTED_CONDITION, False, gen.reason, gen.message)
+        await ctx.publish(GangAborted(gang=str(gen.key), generation=gen.number, reason=gen.reason, message=gen.message))
+        return Result.reject(gen.reason, gen.message)
+
+    async def _announce(self, pod: Pod, gen: Generation, reason: str, message: str) -> None:
+        """The fact of an abort decided in admission or at unreserve, on the pod that caused it
+        (no pod context there: the handle publishes)."""
+        ref = PodRef(uid=pod.uid, namespace=pod.metadata.namespace, name=pod.metadata.name)
+        event: Event = GangAborted(pod=ref, source=self.name, gang=str(gen.key), generation=gen.number,
+                                   reason=reason, message=message)
+        await self._handle.publish(event)
+
+    # --- membership ------------------------------------------------------------------------
+
+    def _join(self, pod: Pod, decl: Declaration) -> Generation:
+        assert decl.min_member is not None
+        gen = self.gangs.member_of(pod.uid)
+        if gen is not None:
+            return gen
+        gen = self.gangs.generation_for(decl.key, created_at(pod))
+        if gen is None:
+            gen = self.gangs.open(decl, decl.min_member, self._timeout(decl), self._clock.monotonic())
+        elif gen.min_member != decl.min_member:
+            log.warning("gang members disagree on minMember; the first member's count holds",
+                        gang=str(gen), pod=_name(pod), declared=decl.min_member, holds=gen.min_member)
+        if gen.state is not GangState.ABORTED:
+            ref = PodRef(uid=pod.uid, namespace=pod.metadata.namespace, name=pod.metadata.name)
+            self.gangs.join(gen, ref, self._clock.monotonic())
+        return gen
+
+    def _declaration(self, pod: Pod) -> Declaration | None:
+        return declaration_of(pod, self._catalog)
+
+    def _declaration_or_none(self, pod: Pod) -> Declaration | None:
+        try:
+            return self._declaration(pod)
+        except DeclarationError:
+            return None  # admit rejected it already
+
+    def _timeout(self, decl: Declaration) -> float:
+        return decl.timeout_seconds if decl.timeout_seconds is not None else self.config.timeout_seconds
+
+    def _unknown(self, pod: Pod, decl: Declaration) -> Result:
+        message = (f"pod {_name(pod)} names gang {decl.key} ({decl.key.source}), but its minMember cannot be "
+                   f"learned here ({decl.min_member_from}); set annotation gang.nodeagent.io/min-member "
+                   "or provide the group object")
+        if self.config.strict:
+            return Result.reject(POLICY_UNAVAILABLE, message)
+        # Scheduler-trust: the node barrier is defence in depth behind a gang-aware scheduler,
+        # and holding a pod for a policy that can never be read would never converge.
+        log.warning("gang declaration without minMember; starting the pod on its own", pod=_name(pod),
+                    gang=str(decl.key), source=decl.key.source, reason=decl.min_member_from)
+        return Result.skip()
+
+
+def _name(pod: Pod) -> str:
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+
+
+def plugin(config: Mapping[str, Any], handle: AgentHandle) -> GangStage:
+    return GangStage(GangConfig.model_validate(config), handle)
+
+
+plugin.stage_class = GangStage  # type: ignore[attr-defined]
+
+__all__ = ["ABORTED", "LOCAL_ADMISSION_FAILED", "TIMEOUT", "WAITING", "GangConfig", "GangStage", "plugin"]

@@ -1,0 +1,115 @@
+"""The podsecurity stage: the kubelet's security admission for what a node decides alone.
+
+* privileged containers when the node disallows them (``allowPrivileged: false``; the kubelet's
+  privilege admit handler): reason ``Forbidden``;
+* sysctls outside the safe set and ``allowedUnsafeSysctls``, or a namespaced sysctl whose
+  namespace the pod shares with the host (pkg/kubelet/sysctl): reason ``SysctlForbidden``.
+
+Rejecting at admission (rather than when a container is configured) fails the pod before
+anything is prepared for it, with the reason the kubelet gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from nodeagent.model import Pod
+from nodeagent.stages import Admit, AgentHandle, NodeView, Result
+from plugins.runtime.security import is_privileged, normalize_sysctl
+
+FORBIDDEN = "Forbidden"
+SYSCTL_FORBIDDEN = "SysctlForbidden"
+IPC, NET = "IPC", "Net"
+
+# pkg/kubelet/sysctl/safe_sysctls.go: namespaced, and isolated from the node and other pods.
+SAFE_SYSCTLS: Mapping[str, str] = {
+    "kernel.shm_rmid_forced": IPC,
+    "net.ipv4.ip_local_port_range": NET,
+    "net.ipv4.tcp_syncookies": NET,
+    "net.ipv4.ping_group_range": NET,
+    "net.ipv4.ip_unprivileged_port_start": NET,
+    "net.ipv4.ip_local_reserved_ports": NET,
+    "net.ipv4.tcp_keepalive_time": NET,
+    "net.ipv4.tcp_fin_timeout": NET,
+    "net.ipv4.tcp_keepalive_intvl": NET,
+    "net.ipv4.tcp_keepalive_probes": NET,
+    "net.ipv4.tcp_rmem": NET,
+    "net.ipv4.tcp_wmem": NET,
+}
+# pkg/kubelet/sysctl/namespace.go: which sysctls a pod's own namespaces isolate.
+_IPC_SYSCTLS = frozenset({"kernel.sem", "kernel.shmall", "kernel.shmmax", "kernel.shmmni", "kernel.shm_rmid_forced",
+                          "kernel.msgmax", "kernel.msgmnb", "kernel.msgmni"})
+_PREFIX_NAMESPACES = (("net.", NET), ("fs.mqueue.", IPC))
+
+
+def namespace_of(sysctl: str) -> str | None:
+    if sysctl in _IPC_SYSCTLS:
+        return IPC
+    for prefix, ns in _PREFIX_NAMESPACES:
+        if sysctl.startswith(prefix):
+            return ns
+    return None
+
+
+class SysctlAllowlist:
+    """The safe set plus the node's allowedUnsafeSysctls (exact names or ``prefix*``)."""
+
+    def __init__(self, unsafe: Sequence[str]) -> None:
+        self.exact: dict[str, str] = dict(SAFE_SYSCTLS)
+        self.prefixes: dict[str, str] = {}
+        for pattern in unsafe:
+            name = normalize_sysctl(pattern)
+            base = name.removesuffix("*")
+            ns = namespace_of(base)
+            if ns is None:
+                # The kubelet refuses to start with such a list: the sysctl would change the node.
+                raise ValueError(f"allowedUnsafeSysctls: {pattern!r} is not a namespaced sysctl")
+            (self.prefixes if name.endswith("*") else self.exact)[base] = ns
+
+    def check(self, sysctl: str, host_net: bool, host_ipc: bool) -> str | None:
+        """validateSysctl: None when allowed, else the kubelet's error text."""
+        name = normalize_sysctl(sysctl)
+        ns = self.exact.get(name)
+        if ns is None:
+            ns = next((n for p, n in self.prefixes.items() if name.startswith(p)), None)
+        if ns is None:
+            return f'"{name}" not allowlisted'
+        if (ns == IPC and host_ipc) or (ns == NET and host_net):
+            return f'"{name}" not allowed with host {ns} enabled'
+        return None
+
+
+class PodSecurity(Admit):
+    name: ClassVar[str] = "podsecurity"
+
+    def __init__(self, allow_privileged: bool, sysctls: SysctlAllowlist) -> None:
+        self.allow_privileged = allow_privileged
+        self.sysctls = sysctls
+
+    async def admit(self, pod: Pod, node: NodeView) -> Result:
+        if not self.allow_privileged:
+            regular = {c.name for c in pod.spec.containers}
+            for c in pod.all_containers():
+                if is_privileged(c):
+                    kind = "container" if c.name in regular else "init container"
+                    return Result.reject(FORBIDDEN,
+                                         f'pod with UID "{pod.uid}" specified privileged {kind}, but is disallowed')
+        sc = pod.spec.security_context
+        for sysctl in sc.sysctls if sc else []:
+            problem = self.sysctls.check(sysctl.name, pod.spec.host_network, pod.spec.host_ipc)
+            if problem:
+                return Result.reject(SYSCTL_FORBIDDEN, f"forbidden sysctl: {problem}")
+        return Result.ok()
+
+
+def plugin(config: Mapping[str, Any], handle: AgentHandle) -> PodSecurity:
+    if config:
+        raise TypeError(f"podsecurity takes no configuration (it reads allowPrivileged and allowedUnsafeSysctls "
+                        f"from the agent's), got {sorted(config)}")
+    settings = handle.settings
+    return PodSecurity(bool(getattr(settings, "allow_privileged", True)),
+                       SysctlAllowlist(getattr(settings, "allowed_unsafe_sysctls", [])))
+
+
+plugin.stage_class = PodSecurity  # type: ignore[attr-defined]

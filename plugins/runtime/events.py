@@ -1,0 +1,46 @@
+"""The facts the runtime stage publishes beyond the core ones (the kubelet's Killing,
+FailedPostStartHook / FailedPreStopHook and BackOff events)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from nodeagent.events import Event
+
+
+class ContainerKilled(Event):
+    """A running container was stopped by the agent (the kubelet's ``Killing``), and how it
+    ended: the time spent in its preStop hook, the grace StopContainer got, the exit code."""
+
+    kind: Literal["ContainerKilled"] = "ContainerKilled"
+    container: str
+    container_id: str
+    reason: str
+    """Why: ``Killing`` (pod termination), ``FailedPostStartHook``, ``PodCompleted`` (sidecars
+    of a finished pod), ``SandboxChanged``."""
+    pre_stop_seconds: float
+    stop_timeout_seconds: int
+    """The timeout StopContainer got: the grace left after preStop and ordering, at least 2 s."""
+    exit_code: int | None = None
+    finished_at: float | None = None
+    """When the runtime saw the container exit (seconds since the epoch)."""
+
+
+class HookFailed(Event):
+    kind: Literal["HookFailed"] = "HookFailed"
+    container: str
+    container_id: str
+    hook: Literal["PostStart", "PreStop"]
+    reason: Literal["FailedPostStartHook", "FailedPreStopHook"]
+    message: str
+
+
+class ContainerBackedOff(Event):
+    """An exited container waits before its restart (the kubelet's ``BackOff``); published once
+    per dead instance."""
+
+    kind: Literal["ContainerBackedOff"] = "ContainerBackedOff"
+    container: str
+    container_id: str
+    delay_seconds: float
+    message: str

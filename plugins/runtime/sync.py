@@ -1,0 +1,301 @@
+"""One pass of the pod's sync loop: plan from what the runtime shows (plan.py), then act —
+start containers with their postStart hooks and CrashLoopBackOff, stop what the plan says, or
+replace a dead sandbox. The runtime stage runs a pass in ``start`` and then again from
+``observe`` every time the runtime changes or a back-off ends.
+
+Before planning, a pass waits until the relister has listed the runtime since this stage last
+changed it (the kubelet's ``GetNewerThan``): a plan made from an older listing would start a
+container twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+
+from cri import CriError, NotFound
+from cri import types as t
+from nodeagent import labels as L
+from nodeagent.additions import additions_for
+from nodeagent.events import ContainerCreated
+from nodeagent.runtimeview import ContainerRecord, PodRuntime
+from nodeagent.stages import PodContext
+from nodeagent.stash import StashKey
+from plugins.runtime.backoff import Backoff
+from plugins.runtime.container import container_config, container_hash, runtime_inputs
+from plugins.runtime.events import ContainerBackedOff, HookFailed
+from plugins.runtime.hooks import HookError, HookTarget, format_pod, run_hook
+from plugins.runtime.notes import notes_of
+from plugins.runtime.plan import Plan, Step, plan
+from plugins.runtime.termination import kill, pod_grace, victim
+from plugins.runtime.termination_message import create_message_file, message_mount
+
+CRASHLOOP_INITIAL = 10.0  # the kubelet's initial CrashLoopBackOff
+CRASHLOOP_MAX = 300.0  # MaxContainerBackOff
+RESYNC_SECONDS = 10.0
+ERROR_RETRY_SECONDS = 10.0  # the pod worker's backOffPeriod after a failed sync
+FRESH_TIMEOUT_SECONDS = 10.0
+# How containerd words a StartContainer whose caller went away: the gRPC context was cancelled,
+# or the shim being started was killed with it. A real start failure (a missing executable, a
+# permission) says something else and counts as a restart.
+INTERRUPTED_START_MARKS = ("context canceled", "signal: killed")
+
+SANDBOX_KEY = StashKey[tuple[str, t.PodSandboxConfig]]("runtime.sandbox")  # (id, the config it ran with)
+ACTED_AT = StashKey[float]("runtime.acted_at")
+BACKOFF = StashKey[Backoff]("runtime.crashloop")
+EXIT_SEEN = StashKey[dict[str, float]]("runtime.exit_seen")
+BACKED_OFF = StashKey[set[str]]("runtime.backed_off")
+
+
+def acted(ctx: PodContext) -> None:
+    """This stage changed the runtime: the next plan must come from a newer listing."""
+    ctx.stash[ACTED_AT] = time.time()
+    ctx.request_relist()
+
+
+async def fresh(ctx: PodContext) -> PodRuntime:
+    """What the relister shows, from a listing that began after this stage last acted
+    (``seen_at`` is when the listing began). ``acted`` asked for that relist already."""
+    since = ctx.stash.pop(ACTED_AT, None)
+    if since is not None:
+        with anyio.move_on_after(FRESH_TIMEOUT_SECONDS):
+            while ctx.observed.seen_at <= since:
+                # Our own change wakes us; a listing that shows no change is polled for.
+                await ctx.runtime_changed(timeout=0.1)
+    return ctx.observed
+
+
+def go_duration(seconds: float) -> str:
+    """Go's time.Duration formatting for whole seconds: 10s, 1m20s, 5m0s."""
+    whole = int(seconds)
+    minutes, secs = divmod(whole, 60)
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+@dataclass
+class Syncer:
+    node_name: str
+    ensure_sandbox: Callable[[PodContext], Awaitable[None]]
+    pod_ip: Callable[[PodContext], str]
+    image_ref: Callable[[PodContext, str], str]
+
+    async def sync(self, ctx: PodContext) -> float:
+        """One pass; returns how many seconds may pass before the next one is needed."""
+        runtime = await fresh(ctx)
+        todo = plan(ctx.pod, runtime)
+        if todo.new_sandbox:
+            return await self._replace_sandbox(ctx, runtime)
+        if todo.kill_pod:
+            await self._kill_running(ctx, runtime, "PodCompleted")
+            return RESYNC_SECONDS
+        return await self._start_all(ctx, todo)
+
+    async def _start_all(self, ctx: PodContext, todo: Plan) -> float:
+        soonest = RESYNC_SECONDS
+        for step in todo.starts:
+            wait = await self._start(ctx, step)
+            if wait is None:
+                continue
+            soonest = min(soonest, wait)
+            if step.blocking:
+                break  # a regular init container that did not start holds back the rest
+        return soonest
+
+    # --- one container ------------------------------------------------------------------
+
+    async def _start(self, ctx: PodContext, step: Step) -> float | None:
+        """Start ``step``'s container; None when it started, else seconds until it may be tried
+        again (back-off, or a failure to retry)."""
+        latest = step.latest
+        name = step.container.name
+        if step.resume is not None:
+            # Created but never started (the agent died in between): start that instance.
+            try:
+                await ctx.runtime.start_container(step.resume.id)
+            except CriError as exc:
+                ctx.status.container_waiting(name, "RunContainerError", str(exc.details or exc))
+                return 0.0
+            finally:
+                acted(ctx)
+            return await self._post_start(ctx, step, step.resume.id)
+        attempt = 0
+        if latest is not None:
+            attempt = max(c.attempt for c in ctx.observed.containers if c.name == name) + 1
+            if latest.exited and self._interrupted(latest):
+                # Our own StartContainer was cut off (the agent died mid-call): not the container
+                # failing, so no restart is counted and no back-off applies. Replace the instance.
+                await _remove(ctx, latest.id)
+                attempt = latest.attempt
+                latest = None
+            elif latest.exited:
+                wait = await self._backoff(ctx, step, latest)
+                if wait > 0:
+                    return wait
+        return await self._run(ctx, step, attempt, keep=latest.id if latest is not None else "")
+
+    @staticmethod
+    def _interrupted(c: ContainerRecord) -> bool:
+        return (c.started_at == 0 and c.reason == "StartError"
+                and any(mark in c.message for mark in INTERRUPTED_START_MARKS))
+
+    async def _backoff(self, ctx: PodContext, step: Step, latest: ContainerRecord) -> float:
+        """doBackOff: seconds the restart must still wait (then shows CrashLoopBackOff), or 0
+        after recording the restart in the back-off."""
+        pod = ctx.pod
+        name = step.container.name
+        key = f"{pod.metadata.name}_{pod.metadata.namespace}_{pod.uid}_{name}_{container_hash(step.container)}"
+        backoff = ctx.stash.setdefault(BACKOFF, Backoff(CRASHLOOP_INITIAL, CRASHLOOP_MAX))
+        exited_at = _exit_time(ctx, latest)
+        now = ctx.clock.monotonic()
+        wait = backoff.remaining(key, exited_at, now)
+        if wait <= 0:
+            backoff.next(key, exited_at, now)
+            return 0.0
+        message = (f"back-off {go_duration(backoff.current(key))} restarting failed container={name} "
+                   f"pod={format_pod(pod)}")
+        ctx.status.container_waiting(name, "CrashLoopBackOff", message)
+        told = ctx.stash.setdefault(BACKED_OFF, set())
+        if latest.id not in told:
+            told.add(latest.id)
+            await ctx.publish(ContainerBackedOff(container=name, container_id=latest.id, delay_seconds=wait,
+                                                 message=f"Back-off restarting failed container {name} in pod "
+                                                         f"{format_pod(pod)}"))
+        return wait
+
+    async def _run(self, ctx: PodContext, step: Step, attempt: int, keep: str) -> float | None:
+        """startContainer: config, create, start, postStart (kuberuntime_container.go)."""
+        container = step.container
+        name = container.name
+        sandbox_id, sandbox_config = ctx.stash[SANDBOX_KEY]
+        ref = self.image_ref(ctx, name)
+        # The kubelet keeps one dead instance per container (lastState); older ones go.
+        for c in ctx.observed.containers:
+            if c.name == name and c.id != keep and c.exited:
+                await _remove(ctx, c.id)
+        message_file = create_message_file(ctx.pod_dir, name)
+        extra = additions_for(ctx.stash, name)
+        extra.mounts.append(message_mount(message_file, container.termination_message_path))
+        if container.lifecycle is not None and container.lifecycle.pre_stop is not None:
+            # So that a restarted agent can run the hook of a container its spec no longer names.
+            extra.annotations[L.CONTAINER_PRESTOP_HANDLER] = json.dumps(
+                container.lifecycle.pre_stop.model_dump(by_alias=True, exclude_none=True))
+        try:
+            config = container_config(ctx.pod, container, attempt, ref, self.node_name,
+                                      container_type="container" if step.kind == "container" else "init",
+                                      additions=extra, **await runtime_inputs(ctx, sandbox_id, ref))
+        except CriError as exc:
+            message_file.unlink(missing_ok=True)
+            ctx.status.container_waiting(name, "CreateContainerConfigError", str(exc.details or exc))
+            return ERROR_RETRY_SECONDS
+        except Exception as exc:  # noqa: BLE001 — the spec cannot be honoured (ContainerConfigError and kin)
+            message_file.unlink(missing_ok=True)
+            ctx.status.container_waiting(name, "CreateContainerConfigError", str(exc))
+            ctx.log.warning("cannot configure container", container=name, error=str(exc))
+            return ERROR_RETRY_SECONDS
+        try:
+            container_id = await ctx.runtime.create_container(sandbox_id, config, sandbox_config)
+        except CriError as exc:
+            message_file.unlink(missing_ok=True)
+            ctx.status.container_waiting(name, "CreateContainerError", str(exc.details or exc))
+            ctx.log.warning("creating container failed", container=name, error=str(exc))
+            return ERROR_RETRY_SECONDS
+        finally:
+            acted(ctx)
+        await ctx.publish(ContainerCreated(container=name, container_id=container_id, attempt=attempt))
+        try:
+            await ctx.runtime.start_container(container_id)
+        except CriError as exc:
+            # The instance is left exited (containerd: StartError, exit 128); the next pass
+            # restarts it per the policy, with back-off, as the kubelet does.
+            ctx.status.container_waiting(name, "RunContainerError", str(exc.details or exc))
+            ctx.log.warning("starting container failed", container=name, error=str(exc))
+            return 0.0
+        finally:
+            acted(ctx)
+        return await self._post_start(ctx, step, container_id)
+
+    async def _post_start(self, ctx: PodContext, step: Step, container_id: str) -> float | None:
+        container = step.container
+        hook = container.lifecycle.post_start if container.lifecycle is not None else None
+        if hook is None:
+            ctx.status.clear_container_waiting(container.name)
+            return None
+        notes = notes_of(ctx.stash)
+        notes.post_start_running.add(container_id)
+        notes.touch()
+        target = HookTarget(pod=format_pod(ctx.pod), container=container.name, container_id=container_id,
+                            pod_ip=self.pod_ip(ctx), ports=tuple(container.ports))
+        try:
+            # Synchronous, without a timeout: nothing after this container starts until the
+            # hook returned, and the container is not reported started before.
+            await run_hook(ctx.runtime, hook, target)
+        except HookError as exc:
+            ctx.log.warning("postStart hook failed; killing the container", container=container.name, error=str(exc))
+            await ctx.publish(HookFailed(container=container.name, container_id=container_id, hook="PostStart",
+                                         reason="FailedPostStartHook", message="PostStartHook failed"))
+            await kill(ctx, [victim(ctx.pod, container_id, container.name)], pod_grace(ctx.pod),
+                       "FailedPostStartHook", self.pod_ip(ctx))
+            acted(ctx)
+            ctx.status.container_waiting(container.name, "PostStartHookError", str(exc))
+            return 0.0
+        finally:
+            notes.post_start_running.discard(container_id)
+            notes.touch()
+        ctx.status.clear_container_waiting(container.name)
+        return None
+
+    # --- the pod as a whole -------------------------------------------------------------
+
+    async def _kill_running(self, ctx: PodContext, runtime: PodRuntime, reason: str) -> None:
+        running = [victim(ctx.pod, c.id, c.name) for c in runtime.containers if c.running]
+        if running:
+            await kill(ctx, running, pod_grace(ctx.pod), reason, self.pod_ip(ctx))
+            acted(ctx)
+
+    async def _replace_sandbox(self, ctx: PodContext, runtime: PodRuntime) -> float:
+        """The sandbox died (or vanished): kill what is left, run a new one; the next passes run
+        the init containers again in it, then the containers the policy restarts."""
+        await self._kill_running(ctx, runtime, "SandboxChanged")
+        for sandbox in runtime.sandboxes:
+            if sandbox.ready:
+                try:
+                    await ctx.runtime.stop_pod_sandbox(sandbox.id)
+                except NotFound:
+                    pass
+        ctx.log.info("pod sandbox changed; running a new one")
+        try:
+            await self.ensure_sandbox(ctx)
+        except Exception as exc:  # noqa: BLE001 — CRI errors, a sandbox the spec cannot describe: try later
+            ctx.log.warning("running a new sandbox failed", error=str(exc))
+            return ERROR_RETRY_SECONDS
+        finally:
+            acted(ctx)
+        return 0.0
+
+
+def _exit_time(ctx: PodContext, record: ContainerRecord) -> float:
+    """When ``record`` exited, on the stage clock's scale. The runtime's finishedAt is wall time;
+    its age is carried over to the clock when the exit is first seen, so a manual clock in
+    tests moves back-off time while the runtime's timestamps stay real."""
+    seen = ctx.stash.setdefault(EXIT_SEEN, {})
+    if record.id not in seen:
+        age = max(0.0, time.time() - record.finished_at / 1e9) if record.finished_at else 0.0
+        seen[record.id] = ctx.clock.monotonic() - age
+    return seen[record.id]
+
+
+async def _remove(ctx: PodContext, container_id: str) -> None:
+    try:
+        await ctx.runtime.remove_container(container_id)
+    except NotFound:
+        pass
+    acted(ctx)
+    ctx.stash.get(EXIT_SEEN, {}).pop(container_id, None)
+    ctx.stash.get(BACKED_OFF, set()).discard(container_id)
+
+
+__all__ = ["SANDBOX_KEY", "Syncer", "acted", "fresh", "go_duration"]

@@ -1,0 +1,61 @@
+"""The host's mount table and the tmpfs mounts of Memory-medium emptyDirs.
+
+What is mounted is read from /proc/self/mountinfo, never remembered: unprepare must find the
+mounts of a pod whose prepare ran in an earlier agent process.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+
+_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as octal.
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_points(table: Path = Path("/proc/self/mountinfo")) -> list[Path]:
+    try:
+        lines = table.read_text().splitlines()
+    except OSError:
+        return []
+    return [Path(_unescape(line.split()[4])) for line in lines if len(line.split()) > 4]
+
+
+def mounts_under(directory: Path) -> list[Path]:
+    """Mount points at or below ``directory``, deepest first (the order to unmount them in)."""
+    root = directory.resolve() if directory.exists() else directory
+    found = [p for p in mount_points() if p == root or root in p.parents]
+    return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
+
+
+def is_mount_point(path: Path) -> bool:
+    target = path.resolve() if path.exists() else path
+    return target in mount_points()
+
+
+class MountError(RuntimeError):
+    pass
+
+
+async def mount_tmpfs(path: Path, size: int | None) -> None:
+    """``mount -t tmpfs [-o size=N] tmpfs PATH`` (setupTmpfs): without a size the kernel's
+    default of half the memory applies."""
+    command = ["mount", "-t", "tmpfs"]
+    if size:
+        command += ["-o", f"size={size}"]
+    command += ["tmpfs", str(path)]
+    result = await anyio.run_process(command, check=False)
+    if result.returncode != 0:
+        raise MountError(f"mount failed: {' '.join(command)}: {result.stderr.decode(errors='replace').strip()}")
+
+
+async def unmount(path: Path) -> None:
+    result = await anyio.run_process(["umount", str(path)], check=False)
+    if result.returncode != 0 and is_mount_point(path):
+        raise MountError(f"unmount of {path} failed: {result.stderr.decode(errors='replace').strip()}")

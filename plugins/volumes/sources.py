@@ -1,0 +1,186 @@
+"""Setting up each kind of volume nodeagent implements: emptyDir, hostPath and downwardAPI
+(pkg/volume/emptydir, pkg/volume/hostpath, pkg/volume/downwardapi with the atomic writer of
+pkg/volume/util/atomic_writer.go).
+
+Every function here is idempotent: prepare runs again after a retry and after an agent
+restart, and must find what it made the first time in place.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from nodeagent import quantity
+from nodeagent.model import (
+    Container,
+    DownwardAPIVolumeSource,
+    EmptyDirVolumeSource,
+    HostPathVolumeSource,
+    Pod,
+)
+from plugins.runtime.env import FieldError, PodFacts, metadata_value, resource_value
+from plugins.volumes.mountinfo import is_mount_point, mount_tmpfs
+
+EMPTY_DIR = "kubernetes.io~empty-dir"
+DOWNWARD_API = "kubernetes.io~downward-api"
+DATA_DIR = "..data"  # the atomic writer's symlink to the current payload
+DATA_DIR_TMP = "..data_tmp"
+
+
+class SetupError(ValueError):
+    """The volume cannot be set up now (the kubelet's FailedMount); setup is retried."""
+
+
+# --- emptyDir ------------------------------------------------------------------------------
+
+
+def tmpfs_size(volume: EmptyDirVolumeSource, pod: Pod, allocatable_memory: int) -> int | None:
+    """calculateEmptyDirMemorySize: the node's allocatable memory, lowered to the pod's memory
+    limit (when every container has one) and to the volume's sizeLimit."""
+    size = allocatable_memory or None
+    limits = [c.resources.limits.get("memory") for c in pod.all_containers()]
+    if limits and all(lim is not None for lim in limits):
+        pod_limit = sum(quantity.bytes_(lim) for lim in limits if lim is not None)
+        if pod_limit > 0 and (size is None or pod_limit <= size):
+            size = pod_limit
+    if volume.size_limit is not None:
+        wanted = quantity.bytes_(volume.size_limit)
+        if wanted > 0 and (size is None or wanted <= size):
+            size = wanted
+    return size
+
+
+async def setup_empty_dir(path: Path, volume: EmptyDirVolumeSource, pod: Pod, allocatable_memory: int) -> None:
+    """A directory every user can write (0777); with medium Memory, a tmpfs mounted on it."""
+    path.mkdir(parents=True, exist_ok=True)
+    if volume.medium == "Memory":
+        if not is_mount_point(path):
+            await mount_tmpfs(path, tmpfs_size(volume, pod, allocatable_memory))
+        return
+    if stat.S_IMODE(path.stat().st_mode) != 0o777:
+        os.chmod(path, 0o777)  # the umask must not narrow it
+
+
+# --- hostPath ------------------------------------------------------------------------------
+
+
+def check_host_path(volume: HostPathVolumeSource) -> None:
+    """checkType: create for the *OrCreate types, then require the kind of file the type names,
+    with the kubelet's messages."""
+    path = Path(volume.path)
+    kind = volume.type
+    if kind == "":
+        return  # no check: whatever is (or is not) there is mounted
+    if kind == "DirectoryOrCreate" and not path.exists():
+        path.mkdir(mode=0o755, parents=True, exist_ok=True)
+        return
+    if kind == "FileOrCreate" and not path.exists():
+        try:
+            path.touch(mode=0o644)  # the parent directory is not created, as in the kubelet
+        except OSError as exc:
+            raise SetupError(f"hostPath type check failed: {path}: {exc.strerror}") from None
+        return
+    checks = {
+        "DirectoryOrCreate": (stat.S_ISDIR, "a directory"),
+        "Directory": (stat.S_ISDIR, "a directory"),
+        "FileOrCreate": (stat.S_ISREG, "a file"),
+        "File": (stat.S_ISREG, "a file"),
+        "Socket": (stat.S_ISSOCK, "a socket file"),
+        "CharDevice": (stat.S_ISCHR, "a character device"),
+        "BlockDevice": (stat.S_ISBLK, "a block device"),
+    }
+    test, what = checks[kind]
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        mode = 0
+    if not test(mode):
+        raise SetupError(f"hostPath type check failed: {path} is not {what}")
+
+
+# --- downwardAPI ---------------------------------------------------------------------------
+
+
+def downward_payload(volume: DownwardAPIVolumeSource, pod: Pod, facts: PodFacts) -> dict[str, tuple[str, int]]:
+    """Relative path → (content, mode) for every item."""
+    payload: dict[str, tuple[str, int]] = {}
+    default_container: Container = pod.all_containers()[0]
+    for item in volume.items:
+        mode = item.mode if item.mode is not None else volume.default_mode
+        if item.field_ref is not None:
+            content = metadata_value(pod, item.field_ref.field_path)
+        elif item.resource_field_ref is not None:
+            content = resource_value(pod, default_container, item.resource_field_ref, facts)
+        else:
+            raise FieldError(f"downwardAPI item {item.path!r} names neither fieldRef nor resourceFieldRef")
+        payload[item.path] = (content, mode)
+    return payload
+
+
+def _validate(rel: str) -> None:
+    parts = rel.split("/")
+    if rel.startswith("/") or ".." in parts or any(p.startswith("..") for p in parts):
+        raise SetupError(f"invalid downwardAPI item path {rel!r}")
+
+
+def _current_payload(target: Path) -> dict[str, tuple[str, int]] | None:
+    data = target / DATA_DIR
+    if not data.is_dir():
+        return None
+    found: dict[str, tuple[str, int]] = {}
+    for file in data.rglob("*"):
+        if file.is_file():
+            found[str(file.relative_to(data))] = (file.read_text(), stat.S_IMODE(file.stat().st_mode))
+    return found
+
+
+def write_atomically(target: Path, payload: Mapping[str, tuple[str, int]]) -> bool:
+    """The kubelet's atomic writer: the payload goes into a fresh ``..<timestamp>`` directory,
+    ``..data`` is switched to it with one rename, and each top-level name is a symlink through
+    ``..data``; a reader never sees half an update. Returns whether anything changed."""
+    for rel in payload:
+        _validate(rel)
+    target.mkdir(parents=True, exist_ok=True)
+    if _current_payload(target) == dict(payload):
+        return False
+    stamp = time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime()) + f"{time.time_ns() % 10**9:09d}"
+    fresh = target / stamp
+    fresh.mkdir(mode=0o755)
+    for rel, (content, mode) in payload.items():
+        file = fresh / rel
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(content)
+        os.chmod(file, mode)
+    old = os.readlink(target / DATA_DIR) if (target / DATA_DIR).is_symlink() else None
+    tmp_link = target / DATA_DIR_TMP
+    if tmp_link.is_symlink() or tmp_link.exists():
+        tmp_link.unlink()
+    tmp_link.symlink_to(stamp)
+    os.replace(tmp_link, target / DATA_DIR)
+    wanted = {rel.split("/", 1)[0] for rel in payload}
+    for name in wanted:
+        link = target / name
+        if not link.is_symlink():
+            link.symlink_to(f"{DATA_DIR}/{name}")
+    for entry in target.iterdir():
+        # User-visible names the new payload no longer has, and the previous payload.
+        if entry.name.startswith("..") or entry.name in wanted:
+            continue
+        if entry.is_symlink():
+            entry.unlink()
+    if old and old != stamp:
+        _remove_tree(target / old)
+    return True
+
+
+def _remove_tree(path: Path) -> None:
+    for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if child.is_dir() and not child.is_symlink():
+            child.rmdir()
+        else:
+            child.unlink()
+    path.rmdir()

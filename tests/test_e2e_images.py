@@ -1,0 +1,188 @@
+"""The images for the upstream e2e run exist under the exact names the e2e binary asks for.
+
+The e2e binary (k8s.io/kubernetes v1.37.2 test/e2e, `python -m controlplane
+build e2e.test`) is built by the fixture when missing -- many minutes on a
+cold machine, well under a second when cached -- and never skipped: the point
+is to check our names against the binary's own `--list-images`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.e2e import images, selection
+from controlplane import build as cpbuild
+from devenv import Containerd
+from devenv.images import ImageArchive
+from devenv.rawcri import RawCRI
+
+
+def _announce(config: pytest.Config, line: str) -> None:
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        print(line, file=sys.stderr)
+        return
+    with capman.global_and_fixture_disabled():
+        print(line, file=sys.stderr)
+
+
+@pytest.fixture(scope="module")
+def e2e_test(request: pytest.FixtureRequest) -> Path:
+    if not cpbuild.is_built("e2e.test"):
+        _announce(request.config, "\nbuilding the upstream e2e.test binary "
+                                  "(`python -m controlplane build e2e.test`; minutes when cold) ...")
+    cpbuild.build(["e2e.test"])
+    return cpbuild.binary("e2e.test")
+
+
+@pytest.fixture(scope="module")
+def listed(e2e_test: Path) -> set[str]:
+    out = subprocess.run([str(e2e_test), "--list-images"], capture_output=True, text=True,
+                         check=True, stdin=subprocess.DEVNULL, timeout=120)
+    names = set(out.stdout.split())
+    assert names, out.stderr
+    return names
+
+
+@pytest.fixture(scope="module")
+def archives() -> list[ImageArchive]:
+    return images.build_all()  # builds agnhost / nnp binaries when missing (cached)
+
+
+def _index(archive: Path) -> dict[str, Any]:
+    with tarfile.open(archive) as tar:
+        f = tar.extractfile("index.json")
+        assert f is not None
+        return json.load(f)  # type: ignore[no-any-return]
+
+
+def _blob(archive: Path, digest: str) -> bytes:
+    with tarfile.open(archive) as tar:
+        f = tar.extractfile("blobs/sha256/" + digest.removeprefix("sha256:"))
+        assert f is not None
+        return f.read()
+
+
+def _image(archive: Path) -> tuple[dict[str, object], dict[str, tarfile.TarInfo], dict[str, bytes]]:
+    """(image config, layer members by path, regular files' contents) of a one-layer archive."""
+    index = _index(archive)
+    manifest = json.loads(_blob(archive, index["manifests"][0]["digest"]))
+    config = json.loads(_blob(archive, manifest["config"]["digest"]))
+    with tarfile.open(fileobj=io.BytesIO(_blob(archive, manifest["layers"][0]["digest"]))) as layer:
+        members = {m.name: m for m in layer.getmembers()}
+        files = {m.name: layer.extractfile(m).read()  # type: ignore[union-attr]
+                 for m in members.values() if m.isfile() and m.name.startswith("etc/")}
+    return config, members, files
+
+
+def test_every_built_name_is_one_the_binary_lists(listed: set[str],
+                                                  archives: list[ImageArchive]) -> None:
+    built = images.names_of(archives)
+    assert sorted(built) == sorted(images.BUILT_NAMES)
+    assert [n for n in built if n not in listed] == []
+    # the tags that matter most, pinned: v1.37.2 asks for these
+    for name in ("registry.k8s.io/e2e-test-images/busybox:1.37.0-2",
+                 "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
+                 "registry.k8s.io/pause:3.10.2"):
+        assert name in listed and name in built
+
+
+def test_archives_carry_their_names(archives: list[ImageArchive]) -> None:
+    for a in archives:
+        entries = _index(a.path)["manifests"]
+        assert [e["annotations"]["io.containerd.image.name"] for e in entries] == list(a.names)
+
+
+def test_agnhost_is_laid_out_like_upstream(archives: list[ImageArchive]) -> None:
+    agn = next(a for a in archives if images.AGNHOST in a.names)
+    config, members, files = _image(agn.path)
+    assert config["config"]["Entrypoint"] == ["/agnhost"]  # type: ignore[index]
+    assert config["config"]["Cmd"] == ["pause"]  # type: ignore[index]
+    assert members["agnhost-2"].issym() and members["agnhost-2"].linkname == "agnhost"
+    for path in ("agnhost", "bin/sh", "bin/bash", "usr/bin/curl", "usr/bin/nc", "localhost.crt",
+                 "localhost.key", "uploads", "var/registry/pause/manifests/testing",
+                 "lib64/ld-linux-x86-64.so.2"):
+        assert path in members, path
+    assert b"group-defined-in-image:x:50000:" in files["etc/group"]
+
+
+def test_nonewprivs_binary_is_setuid_root(archives: list[ImageArchive]) -> None:
+    nnp = next(a for a in archives if images.NONEWPRIVS in a.names)
+    _, members, _ = _image(nnp.path)
+    m = members["usr/local/bin/nnp"]
+    assert m.uid == 0 and m.mode & 0o4000
+
+
+def test_images_import_and_show_in_cri(containerd: Containerd,
+                                       archives: list[ImageArchive]) -> None:
+    containerd.import_images(archives)
+    with RawCRI(containerd.socket_path) as cri:
+        tags = set(cri.image_tags())
+    assert [n for n in images.BUILT_NAMES if n not in tags] == []
+
+
+def test_selection_skip_list_and_ci_slice(e2e_test: Path) -> None:
+    selected = selection.select(selection.list_specs(e2e_test))
+    names = {s.name for s in selected}
+    assert len(selected) > 100
+    assert all("[NodeConformance]" in n or "[Conformance]" in n for n in names)
+    skips = selection.load_skips()
+    # every skip entry removes at least one selected test (no stale entries)
+    assert [s.pattern for s in skips if not any(s.matches(n) for n in names)] == []
+    ci = selection.apply_slice(selected, "ci")  # raises if a name is not selected
+    assert 20 <= len(ci) <= 40
+    assert [s.name for s in ci if selection.skip_reason(s.name, skips)] == []
+
+
+def test_report_counts_every_selected_test(tmp_path: Path) -> None:
+    """The report covers exactly the selection, from ginkgo's JUnit (no binary needed)."""
+    from conformance.e2e import report
+    junit = tmp_path / "junit_01.xml"
+    junit.write_text(
+        '<?xml version="1.0"?><testsuites><testsuite name="Kubernetes e2e suite">'
+        '<testcase name="[SynchronizedBeforeSuite]" status="passed" time="1"/>'
+        '<testcase name="[It] [sig-node] a [NodeConformance]" status="passed" time="2.5"/>'
+        '<testcase name="[It] [sig-node] b [NodeConformance]" status="failed" time="300">'
+        '<failure type="failed">[FAILED] Timed out after 300.001s.\nmore</failure></testcase>'
+        '<testcase name="[It] [sig-node] c [NodeConformance]" status="skipped" time="0">'
+        '<skipped message="skipped - Only supported for providers [gce]"/></testcase>'
+        '<testcase name="[It] [sig-node] f [NodeConformance]" status="skipped" time="0">'
+        '<skipped message="skipped"/></testcase>'
+        '<testcase name="[It] [sig-node] not selected" status="skipped" time="0"/>'
+        '</testsuite></testsuites>')
+    parsed = report.parse_junit([junit])
+    selected = [(f"[sig-node] {x} [NodeConformance]", "f.go:1") for x in "abcdef"]
+    cases = report.build_cases(selected, {"[sig-node] d [NodeConformance]": "no internet"},
+                               parsed, "the run did not reach it")
+    by = {c.name.split()[1]: c for c in cases}
+    assert [by[x].status for x in "abcdef"] == ["passed", "failed", "skipped", "skipped", "failed",
+                                                 "failed"]
+    assert by["c"].reason == "Only supported for providers [gce]"
+    assert by["f"].reason.startswith("not run:")  # skipped without a word: never reached
+    assert by["b"].reason == "[FAILED] Timed out after 300.001s."
+    assert by["d"].reason == "skip list: no internet"
+    assert by["e"].reason.startswith("not run:")
+    assert report.summary_line(cases) == "1 passed, 3 failed, 2 skipped"
+    report.write_all(tmp_path / "out", cases, report.RunInfo())
+    assert (tmp_path / "out" / "summary.txt").read_text() == "1 passed, 3 failed, 2 skipped\n"
+    assert "| 2 | failed | [sig-node] b [NodeConformance]" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_focus_regex_is_valid_re2_and_exact() -> None:
+    names = ["[sig-node] Pods should get a host IP [Conformance] [NodeConformance]",
+             "[sig-node] Kubelet when scheduling a busybox command in a pod should print the output to logs (x.y)"]
+    rx = selection.focus_regex(names)
+    assert "\\ " not in rx  # RE2 rejects an escaped space
+    import re
+    for n in names:
+        assert re.search(rx, "Kubernetes e2e suite " + n)
+        assert not re.search(rx, "Kubernetes e2e suite " + n + " more")
+        assert not re.search(rx, "Kubernetes e2e suite [sig-x] prefix " + n)

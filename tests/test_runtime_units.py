@@ -1,0 +1,192 @@
+"""Unit tests of the runtime stage's pure parts: the planner (computePodActions), the back-off,
+getPhase, Go durations and termination-message reading. The end-to-end behaviour is in
+test_lifecycle_parity.py, against the real containerd."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cri import types as t
+from nodeagent import labels as L
+from nodeagent.model import Pod
+from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
+from plugins.runtime.backoff import Backoff
+from plugins.runtime.plan import plan
+from plugins.runtime.sync import go_duration
+from plugins.runtime.termination_message import read_message
+from plugins.status import Facts, compute
+
+SANDBOX = SandboxRecord(id="sb1", attempt=0, ready=True, created_at=1, pod_ip="10.0.0.2")
+
+
+def pod(restart_policy: str = "Always", init: list[dict[str, Any]] | None = None,
+        containers: tuple[str, ...] = ("main",)) -> Pod:
+    return Pod.model_validate({
+        "metadata": {"name": "p", "uid": "u1"},
+        "spec": {"restartPolicy": restart_policy, "initContainers": init or [],
+                 "containers": [{"name": n, "image": "busybox"} for n in containers]},
+    })
+
+
+def rec(name: str, state: str = "running", exit_code: int = 0, attempt: int = 0, sandbox: str = "sb1",
+        created: int = 10, reason: str = "") -> ContainerRecord:
+    return ContainerRecord(id=f"{name}-{attempt}-{sandbox}", name=name, pod_uid="u1", sandbox_id=sandbox,
+                           attempt=attempt, state=state, created_at=created + attempt, restart_count=attempt,
+                           started_at=5 if state != "created" else 0, finished_at=9 if state == "exited" else 0,
+                           exit_code=exit_code, reason=reason)
+
+
+def runtime(*containers: ContainerRecord, sandboxes: tuple[SandboxRecord, ...] = (SANDBOX,)) -> PodRuntime:
+    return PodRuntime(uid="u1", sandboxes=sandboxes, containers=containers)
+
+
+def names(p: Any) -> list[str]:
+    return [s.container.name for s in p.starts]
+
+
+INITS = [{"name": "i1", "image": "busybox"}, {"name": "i2", "image": "busybox"}]
+
+
+def test_init_containers_start_one_at_a_time_in_order() -> None:
+    p = pod(init=INITS)
+    assert names(plan(p, runtime())) == ["i1"]
+    assert names(plan(p, runtime(rec("i1")))) == []  # running: wait for it
+    assert names(plan(p, runtime(rec("i1", "exited")))) == ["i2"]
+    done = plan(p, runtime(rec("i1", "exited"), rec("i2", "exited")))
+    assert done.initialized and names(done) == ["main"]
+
+
+def test_failed_init_container_restarts_or_fails_the_pod_per_policy() -> None:
+    failed = runtime(rec("i1", "exited", exit_code=1))
+    assert names(plan(pod("Always", INITS), failed)) == ["i1"]
+    assert names(plan(pod("OnFailure", INITS), failed)) == ["i1"]
+    never = plan(pod("Never", INITS), failed)
+    assert never.kill_pod and not never.starts
+    oom = runtime(rec("i1", "exited", exit_code=0, reason="OOMKilled"))
+    assert plan(pod("Never", INITS), oom).kill_pod
+
+
+def test_init_containers_do_not_run_again_once_a_regular_container_ran() -> None:
+    # The init instances were removed, but main ran in this sandbox: the pod is initialized.
+    p = plan(pod(init=INITS), runtime(rec("main")))
+    assert p.initialized and not p.starts
+
+
+def test_sidecars_start_in_order_without_waiting_to_exit_and_restart_whatever_the_policy() -> None:
+    p = pod("Never", init=[{"name": "s1", "image": "b", "restartPolicy": "Always"}, *INITS])
+    assert names(plan(p, runtime())) == ["s1"]
+    assert names(plan(p, runtime(rec("s1")))) == ["i1"]  # running counts as started
+    ready = runtime(rec("s1"), rec("i1", "exited"), rec("i2", "exited"))
+    assert names(plan(p, ready)) == ["main"]
+    crashed = runtime(rec("s1", "exited", exit_code=1), rec("i1", "exited"), rec("i2", "exited"), rec("main"))
+    assert names(plan(p, crashed)) == ["s1"]  # restarted although the pod's policy is Never
+
+
+def test_sidecars_are_stopped_and_not_restarted_when_the_regular_containers_are_done() -> None:
+    p = pod("Never", init=[{"name": "s1", "image": "b", "restartPolicy": "Always"}])
+    done = plan(p, runtime(rec("s1"), rec("main", "exited")))
+    assert done.kill_pod and not done.starts
+    crashed = plan(p, runtime(rec("s1", "exited", exit_code=1), rec("main", "exited")))
+    assert crashed.kill_pod and not crashed.starts
+
+
+def test_regular_containers_restart_per_policy() -> None:
+    ok, failed = rec("main", "exited", 0), rec("main", "exited", 1)
+    assert names(plan(pod("Always"), runtime(ok))) == ["main"]
+    assert plan(pod("OnFailure"), runtime(ok)).kill_pod
+    assert names(plan(pod("OnFailure"), runtime(failed))) == ["main"]
+    assert plan(pod("Never"), runtime(failed)).kill_pod
+    assert plan(pod("Always"), runtime(rec("main"))).starts == ()
+    created = plan(pod("Always"), runtime(rec("main", "created")))
+    assert names(created) == ["main"] and created.starts[0].resume is not None
+
+
+def test_a_dead_sandbox_is_replaced_unless_the_policy_is_never() -> None:
+    dead = (SandboxRecord(id="sb1", attempt=0, ready=False, created_at=1),)
+    assert plan(pod("Always"), runtime(rec("main", "exited"), sandboxes=dead)).new_sandbox
+    never = plan(pod("Never"), runtime(rec("main", "exited"), sandboxes=dead))
+    assert never.kill_pod and not never.new_sandbox
+
+
+def test_init_containers_run_again_in_a_new_sandbox() -> None:
+    new = SandboxRecord(id="sb2", attempt=1, ready=True, created_at=2)
+    old = (rec("i1", "exited", sandbox="sb1"), rec("i2", "exited", sandbox="sb1"), rec("main", "exited", sandbox="sb1"))
+    p = plan(pod("Always", INITS), runtime(*old, sandboxes=(SANDBOX, new)))
+    assert names(p) == ["i1"] and p.starts[0].latest is not None  # restart count continues
+
+
+def test_backoff_doubles_caps_and_forgets_after_twice_the_maximum() -> None:
+    b = Backoff(10, 300)
+    now = 0.0
+    delays: list[float] = []
+    for _ in range(7):
+        assert b.remaining("k", now, now) == (0 if not delays else delays[-1])
+        delays.append(b.next("k", now, now))
+        now += delays[-1] + 1  # crash again right after each restart
+    assert delays == [10, 20, 40, 80, 160, 300, 300]
+    # Still in back-off however long the container waited, as long as it crashed soon after.
+    assert b.remaining("k", now, now + 100) == 200
+    # A container that ran 10 minutes (2 x max) since its last restart starts over.
+    restarted_at = now
+    b.next("k", now, restarted_at)
+    crashed = restarted_at + 601
+    assert b.remaining("k", crashed, crashed) == 0
+    assert b.next("k", crashed, crashed) == 10
+
+
+def test_go_duration() -> None:
+    assert [go_duration(s) for s in (10, 40, 80, 160, 300)] == ["10s", "40s", "1m20s", "2m40s", "5m0s"]
+
+
+def test_get_phase_with_init_containers_and_sidecars() -> None:
+    facts = Facts(now=1.0)
+    p = pod("Never", init=[{"name": "s1", "image": "b", "restartPolicy": "Always"}, INITS[0]])
+    assert compute(p, runtime(rec("s1"), rec("i1")), facts)["phase"] == "Pending"
+    running = runtime(rec("s1"), rec("i1", "exited"), rec("main"))
+    assert compute(p, running, facts)["phase"] == "Running"
+    # The main container is done but the sidecar still runs: Running until it is stopped.
+    assert compute(p, runtime(rec("s1"), rec("i1", "exited"), rec("main", "exited")), facts)["phase"] == "Running"
+    # A sidecar's exit code never decides the outcome.
+    done = runtime(rec("s1", "exited", 137), rec("i1", "exited"), rec("main", "exited"))
+    assert compute(p, done, facts)["phase"] == "Succeeded"
+    failed = compute(p, runtime(rec("s1"), rec("i1", "exited", 1)), facts)
+    assert failed["phase"] == "Failed"
+    initialized = next(c for c in failed["conditions"] if c["type"] == "Initialized")
+    assert initialized["status"] == "False" and initialized["reason"] == "ContainersNotInitialized"
+    assert initialized["message"] == "containers with incomplete status: [i1]"
+    assert failed["containerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}
+
+
+def test_termination_messages_share_the_pods_12_kib() -> None:
+    p = pod("Never", init=INITS)  # three containers: 4096 bytes each
+    done = runtime(rec("i1", "exited"), rec("i2", "exited"), rec("main", "exited", exit_code=1))
+    status = compute(p, done, Facts(messages={"main-0-sb1": "é" * 5000}, now=1.0))
+    message = status["containerStatuses"][0]["state"]["terminated"]["message"]
+    assert len(message.encode()) == 4096 and message == "é" * 2048
+
+
+def test_termination_message_from_file_and_from_logs(tmp_path: Path) -> None:
+    message = tmp_path / "msg"
+    message.write_bytes(b"x" * 5000 + b"END")
+    log = tmp_path / "0.log"
+    lines = [f"2024-01-01T00:00:00.000000000Z stdout F line {i}\n" for i in range(100)]
+    log.write_text("".join(lines) + "2024-01-01T00:00:00.1Z stderr P DONE\n")
+
+    def status(exit_code: int, policy: str, file: Path, runtime_message: str = "") -> t.ContainerStatus:
+        return t.ContainerStatus(
+            state=t.ContainerState.CONTAINER_EXITED, exit_code=exit_code, message=runtime_message,
+            annotations={L.CONTAINER_TERMINATION_MESSAGE_PATH: "/dev/termination-log",
+                         L.CONTAINER_TERMINATION_MESSAGE_POLICY: policy},
+            mounts=[t.Mount(container_path="/dev/termination-log", host_path=str(file))], log_path=str(log))
+
+    from_file = read_message(status(0, "File", message))
+    assert len(from_file) == 4096 and from_file.endswith("END")  # the last 4096 bytes
+    empty = tmp_path / "empty"
+    empty.touch()
+    assert read_message(status(1, "File", empty)) == ""
+    assert read_message(status(0, "FallbackToLogsOnError", empty)) == ""  # success: no fallback
+    from_logs = read_message(status(1, "FallbackToLogsOnError", empty))
+    assert from_logs.endswith("line 99\nDONE")  # partial line: no newline added
+    assert "line 20\n" not in from_logs and len(from_logs.encode()) <= 2048
+    assert read_message(status(1, "File", message, "Error")).startswith("Error: xxx")

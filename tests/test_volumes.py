@@ -1,0 +1,250 @@
+"""The volumes stage on the real containerd: emptyDir (disk and Memory), hostPath with its type
+checks, downwardAPI files, volumeMounts (subPath, readOnly), and cleanup after the pod."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.contract import StageContract
+from nodeagent.model import EmptyDirVolumeSource, HostPathVolumeSource, Pod
+from plugins.volumes import sources
+from plugins.volumes.mountinfo import mounts_under
+from tests.agent_helpers import AgentEnv, running_agent, wait_for
+from tests.test_pod_spec import container, output, pod, run_in
+
+pytestmark = pytest.mark.anyio
+
+
+def volume_dir(env: AgentEnv, name: str, plugin: str, volume: str) -> Path:
+    return env.config.root_dir / "pods" / str(env.uid_of(name)) / "volumes" / f"kubernetes.io~{plugin}" / volume
+
+
+async def _absent(path: Path) -> bool:
+    return not path.exists()
+
+
+async def test_empty_dir_shared_memory_backed_sub_path_and_removed_after_pod(containerd: Any, tmp_path: Path) -> None:
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("e.yaml", pod(
+            "share",
+            container("writer", "echo hello from the writer > /data/shared.txt; mkdir -p /data/sub; "
+                                "echo in-sub > /data/sub/file; echo mine > /by-name/own; exec sleep 3600",
+                      env=[{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                      volumeMounts=[{"name": "scratch", "mountPath": "/data"},
+                                    {"name": "scratch", "mountPath": "/by-name", "subPathExpr": "$(POD_NAME)"}]),
+            container("reader", volumeMounts=[{"name": "scratch", "mountPath": "/shared", "readOnly": True},
+                                              {"name": "scratch", "mountPath": "/only-sub", "subPath": "sub"},
+                                              {"name": "mem", "mountPath": "/mem"}]),
+            volumes=[{"name": "scratch", "emptyDir": {}},
+                     {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "10Mi"}},
+                     {"name": "config", "configMap": {"name": "nope"}}],
+        ))
+        scratch = await wait_for(lambda: _exists(volume_dir(env, "share", "empty-dir", "scratch")), 30,
+                                 "the emptyDir directory")
+        assert stat.S_IMODE(scratch.stat().st_mode) == 0o777  # any container user may write
+
+        async def shared() -> str | None:
+            code, out = await run_in(env, "share", "reader", "cat", "/shared/shared.txt")
+            return out if code == 0 else None
+
+        assert await wait_for(shared, 30, "the writer's file seen by the reader") == "hello from the writer"
+        assert await output(env, "share", "reader", "cat", "/only-sub/file") == "in-sub"
+        assert (await run_in(env, "share", "reader", "touch", "/shared/x"))[0] != 0  # readOnly
+        assert (await run_in(env, "share", "reader", "touch", "/only-sub/x"))[0] == 0
+        # subPathExpr expands against the container's env (the downward API included).
+        assert await output(env, "share", "reader", "cat", f"/shared/share-{env.node}/own") == "mine"
+
+        # medium Memory: a tmpfs of sizeLimit (EmptyDir "memory backed volumes of specified size").
+        mounts = await output(env, "share", "reader", "cat", "/proc/mounts")
+        assert any(line.split()[1] == "/mem" and line.split()[2] == "tmpfs" for line in mounts.splitlines())
+        df = await output(env, "share", "reader", "df", "-k", "/mem")
+        assert df.splitlines()[-1].split()[1] == "10240"
+        mem = volume_dir(env, "share", "empty-dir", "mem")
+        assert mounts_under(mem) == [mem.resolve()]
+
+        # The configMap volume is not implemented: reported, and its (absent) mount skipped.
+        conditions = {c["type"]: c for c in env.status_of("share")["conditions"]}
+        assert "spec.volumes[2].configMap" in conditions["nodeagent.io/UnhonouredFields"]["message"]
+
+        volumes = scratch.parent.parent
+        env.remove("e.yaml")
+        await wait_for(lambda: _absent(volumes), 30, "the pod's volume directories removed")
+        assert not mounts_under(volumes), "the tmpfs must be unmounted"
+
+
+async def _exists(path: Path) -> Path | None:
+    return path if path.exists() else None
+
+
+async def test_host_path_type_check_fails_then_succeeds(containerd: Any, tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "file").write_text("from the host\n")
+    (host / "hosts").write_text("10.9.8.7 custom\n")
+    wanted = host / "later"
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("h.yaml", pod(
+            "hostpath",
+            container("main", volumeMounts=[
+                {"name": "later", "mountPath": "/later"},
+                {"name": "made", "mountPath": "/made"},
+                {"name": "touched", "mountPath": "/touched"},
+                {"name": "file", "mountPath": "/file", "readOnly": True},
+                {"name": "untyped", "mountPath": "/untyped"},
+                {"name": "hosts", "mountPath": "/etc/hosts"},
+            ]),
+            volumes=[{"name": "later", "hostPath": {"path": str(wanted), "type": "Directory"}},
+                     {"name": "made", "hostPath": {"path": str(host / "made" / "deep"), "type": "DirectoryOrCreate"}},
+                     {"name": "touched", "hostPath": {"path": str(host / "touched"), "type": "FileOrCreate"}},
+                     {"name": "file", "hostPath": {"path": str(host / "file"), "type": "File"}},
+                     {"name": "untyped", "hostPath": {"path": str(host)}},
+                     {"name": "hosts", "hostPath": {"path": str(host / "hosts"), "type": "File"}}],
+        ))
+        # A subPath may not climb out of its volume: CreateContainerConfigError, as the kubelet.
+        env.write("b.yaml", pod("badsub", container("main", volumeMounts=[
+            {"name": "v", "mountPath": "/v", "subPath": "../escape"}]), volumes=[{"name": "v", "emptyDir": {}}]))
+
+        async def failed_mount() -> dict[str, Any] | None:
+            for e in env.agent.trace.chain(f"default/hostpath-{env.node}"):
+                if e["kind"] == "PodWaiting" and e["reason"] == "FailedMount":
+                    return e
+            return None
+
+        event = await wait_for(failed_mount, 30, "a FailedMount for the missing directory")
+        assert event["message"] == (f'MountVolume.SetUp failed for volume "later" : '
+                                    f"hostPath type check failed: {wanted} is not a directory")
+        assert not await env.running_containers("hostpath")
+        assert env.status_of("hostpath")["phase"] == "Pending"
+
+        wanted.mkdir()
+        (wanted / "note").write_text("appeared\n")
+        assert await output(env, "hostpath", "main", "cat", "/later/note") == "appeared"
+        assert (host / "made" / "deep").is_dir()  # DirectoryOrCreate
+        assert (host / "touched").is_file() and stat.S_IMODE((host / "touched").stat().st_mode) == 0o644
+        assert await output(env, "hostpath", "main", "cat", "/file") == "from the host"
+        await output(env, "hostpath", "main", "sh", "-c", "echo back > /untyped/written")
+        assert (host / "written").read_text() == "back\n"
+        # The container's own mount at /etc/hosts wins over the kubelet-managed file.
+        assert await output(env, "hostpath", "main", "cat", "/etc/hosts") == "10.9.8.7 custom"
+
+        async def bad_sub_path() -> dict[str, Any] | None:
+            statuses = env.status_of("badsub").get("containerStatuses") or [{}]
+            waiting = statuses[0].get("state", {}).get("waiting", {})
+            return waiting if waiting.get("reason") == "CreateContainerConfigError" else None
+
+        waiting = await wait_for(bad_sub_path, 30, "badsub waiting with CreateContainerConfigError")
+        assert waiting["message"] == "unable to provision SubPath `../escape`: must not contain '..'"
+        # The wrong kind of file fails the check too.
+        env.write("w.yaml", pod("wrongkind", container("main", volumeMounts=[{"name": "v", "mountPath": "/v"}]),
+                                volumes=[{"name": "v", "hostPath": {"path": str(host / "file"), "type": "Directory"}}]))
+
+        async def wrong_kind() -> bool:
+            return any(e["kind"] == "PodWaiting" and e["message"].endswith(f"{host / 'file'} is not a directory")
+                       for e in env.agent.trace.chain(f"default/wrongkind-{env.node}"))
+
+        await wait_for(wrong_kind, 30, "a FailedMount for a file where a directory is wanted")
+        env.remove("h.yaml")
+        await wait_for(lambda: _absent(env.config.root_dir / "pods" / str(env.uid_of("hostpath"))), 30,
+                       "the hostpath pod's directory removed")
+        assert (wanted / "note").exists(), "a hostPath belongs to the host: never removed"
+
+
+async def test_downward_api_volume_files_and_modes(containerd: Any, tmp_path: Path) -> None:
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("d.yaml", pod(
+            "downward",
+            container("client", volumeMounts=[{"name": "podinfo", "mountPath": "/etc/podinfo"}],
+                      resources={"requests": {"cpu": "250m", "memory": "32Mi"},
+                                 "limits": {"cpu": "1250m", "memory": "64Mi"}}),
+            volumes=[{"name": "podinfo", "downwardAPI": {"defaultMode": 0o644, "items": [
+                {"path": "podname", "fieldRef": {"fieldPath": "metadata.name"}},
+                {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}, "mode": 0o400},
+                {"path": "nested/uid", "fieldRef": {"fieldPath": "metadata.uid"}},
+                {"path": "cpu_limit", "resourceFieldRef": {"containerName": "client", "resource": "limits.cpu"}},
+                {"path": "memory_request", "resourceFieldRef": {"containerName": "client",
+                                                                "resource": "requests.memory"}},
+            ]}}],
+            metadata={"labels": {"key1": "value1", "key2": 'with "quotes"'}, "annotations": {"builder": "bar"}},
+        ))
+        async def read(path: str) -> str:
+            return await output(env, "downward", "client", "cat", f"/etc/podinfo/{path}")
+
+        assert await read("podname") == f"downward-{env.node}"
+        assert await read("labels") == 'key1="value1"\nkey2="with \\"quotes\\""'
+        assert 'builder="bar"' in (await read("annotations")).splitlines()
+        assert await read("nested/uid") == env.uid_of("downward")
+        assert await read("cpu_limit") == "2"  # 1250m rounded up
+        assert await read("memory_request") == "33554432"
+        modes = await output(env, "downward", "client", "stat", "-L", "-c", "%n %a",
+                             "/etc/podinfo/podname", "/etc/podinfo/annotations")
+        assert modes.splitlines() == ["/etc/podinfo/podname 644", "/etc/podinfo/annotations 400"]
+        assert (await run_in(env, "downward", "client", "touch", "/etc/podinfo/x"))[0] != 0  # always read-only
+
+        # The kubelet's atomic-writer layout: ..data points at the payload, names link through it.
+        target = volume_dir(env, "downward", "downward-api", "podinfo")
+        assert (target / "..data").is_symlink() and os.readlink(target / "..data").startswith("..")
+        assert os.readlink(target / "podname") == "..data/podname"
+        assert os.readlink(target / "nested") == "..data/nested"
+
+
+class TestVolumesContract(StageContract):
+    plugin = "volumes"
+
+    def pods(self, harness: Any) -> list[Pod]:
+        # The default pod has no volumes (the stage skips it); this one takes every source.
+        base = harness.pod()
+        data = base.model_dump(by_alias=True, exclude_none=True)
+        data["spec"]["containers"][0]["volumeMounts"] = [
+            {"name": "scratch", "mountPath": "/scratch"}, {"name": "mem", "mountPath": "/mem"},
+            {"name": "info", "mountPath": "/info"}, {"name": "host", "mountPath": "/host"}]
+        data["spec"]["volumes"] = [
+            {"name": "scratch", "emptyDir": {}}, {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+            {"name": "info", "downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
+            {"name": "host", "hostPath": {"path": "/tmp", "type": "Directory"}}]
+        return [base, Pod.model_validate(data)]
+
+
+# --- without a runtime -------------------------------------------------------------------
+
+
+def test_tmpfs_size_is_the_smallest_of_allocatable_pod_limit_and_size_limit() -> None:
+    def size(limits: list[str | None], size_limit: str | None, allocatable: int) -> int | None:
+        containers = [{"name": f"c{i}", "image": "i", "resources": {"limits": {"memory": m}} if m else {}}
+                      for i, m in enumerate(limits)]
+        p = Pod.model_validate({"metadata": {"name": "p"}, "spec": {"containers": containers}})
+        return sources.tmpfs_size(EmptyDirVolumeSource(medium="Memory", size_limit=size_limit), p, allocatable)
+
+    assert size([None], None, 8 * 2**30) == 8 * 2**30
+    assert size(["1Gi", "1Gi"], None, 8 * 2**30) == 2 * 2**30  # every container limited: the pod's sum
+    assert size(["1Gi", None], None, 8 * 2**30) == 8 * 2**30  # one unlimited container: no pod limit
+    assert size(["1Gi"], "10Mi", 8 * 2**30) == 10 * 2**20
+    assert size(["1Gi"], "2Gi", 8 * 2**30) == 2**30  # a sizeLimit above what the pod may use is ignored
+
+
+def test_host_path_checks_name_the_kind(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    for kind, what in (("Socket", "a socket file"), ("CharDevice", "a character device"),
+                       ("BlockDevice", "a block device"), ("File", "a file")):
+        path = tmp_path if kind == "File" else tmp_path / "f"
+        with pytest.raises(sources.SetupError, match=f"hostPath type check failed: {path} is not {what}$"):
+            sources.check_host_path(HostPathVolumeSource.model_validate({"path": str(path), "type": kind}))
+    sources.check_host_path(HostPathVolumeSource(path="/dev/null", type="CharDevice"))
+    with pytest.raises(sources.SetupError):  # FileOrCreate does not create the parent directory
+        sources.check_host_path(HostPathVolumeSource(path=str(tmp_path / "no" / "f"), type="FileOrCreate"))
+
+
+def test_atomic_writer_swaps_the_payload(tmp_path: Path) -> None:
+    assert sources.write_atomically(tmp_path, {"a": ("1", 0o644), "d/b": ("2", 0o400)})
+    first = os.readlink(tmp_path / "..data")
+    assert not sources.write_atomically(tmp_path, {"a": ("1", 0o644), "d/b": ("2", 0o400)})  # unchanged
+    assert sources.write_atomically(tmp_path, {"a": ("3", 0o644)})
+    assert (tmp_path / "a").read_text() == "3" and not (tmp_path / "d").exists()
+    assert not (tmp_path / first).exists(), "the previous payload is removed"
+    with pytest.raises(sources.SetupError):
+        sources.write_atomically(tmp_path, {"../escape": ("x", 0o644)})

@@ -79,6 +79,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         sandboxes = await self._sandboxes(ctx)
         ready = sorted((s for s in sandboxes if s.state == t.PodSandboxState.SANDBOX_READY),
                        key=lambda s: s.created_at, reverse=True)
+        await self._remove_empty_leftovers(ctx, [s for s in sandboxes if not ready or s.id != ready[0].id])
         if ready:
             sandbox = ready[0]
             attempt = sandbox.metadata.attempt if sandbox.metadata else 0
@@ -97,6 +98,24 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         acted(ctx)
         ctx.stash[POD_IP] = await self._sandbox_ip(ctx, sandbox_id)
         await ctx.publish(SandboxStarted(sandbox_id=sandbox_id, attempt=attempt, pod_ip=ctx.stash[POD_IP]))
+
+    async def _remove_empty_leftovers(self, ctx: PodContext, sandboxes: list[t.PodSandbox]) -> None:
+        """Sandboxes other than the one the pod keeps and that hold no container are leftovers of
+        a RunPodSandbox the agent did not see finish (it died mid-call): remove them, so that a
+        pod has one sandbox. Those with containers stay until cleanup: their containers carry the
+        pod's last states and logs."""
+        if not sandboxes:
+            return
+        holding = {c.pod_sandbox_id for c in await self._containers(ctx)}
+        for sandbox in sandboxes:
+            if sandbox.id in holding:
+                continue
+            try:
+                await ctx.runtime.stop_pod_sandbox(sandbox.id)
+                await ctx.runtime.remove_pod_sandbox(sandbox.id)
+            except NotFound:
+                continue
+            ctx.log.info("removed a leftover sandbox", sandbox_id=sandbox.id)
 
     @staticmethod
     async def _sandbox_ip(ctx: PodContext, sandbox_id: str) -> str:

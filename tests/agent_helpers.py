@@ -17,6 +17,7 @@ from cri import types as t
 from devenv.images import BUSYBOX_IMAGE
 from nodeagent import labels as L
 from nodeagent.agent import Agent
+from nodeagent.clock import Clock
 from nodeagent.config import AgentConfig
 
 __all__ = ["BUSYBOX_IMAGE", "AgentEnv", "running_agent", "wait_for", "pod_manifest", "runtime_objects"]
@@ -120,22 +121,25 @@ def make_config(base: Path, endpoint: str, node: str | None = None, **overrides:
 
 @asynccontextmanager
 async def running_agent(containerd: Any, base: Path, *, cleanup: bool = True, config: AgentConfig | None = None,
-                        **overrides: Any) -> AsyncIterator[AgentEnv]:
+                        clock: Clock | None = None, **overrides: Any) -> AsyncIterator[AgentEnv]:
     """Start an in-process agent; on exit remove every manifest, wait until the runtime holds
-    nothing of the agent's node, and stop it."""
+    nothing of the agent's node, and stop it (even when that wait fails: a hung teardown must
+    fail the test, never hang the session)."""
     config = config or make_config(base, containerd.endpoint, **overrides)
     assert config.static_pod_path is not None
     async with RuntimeClient(containerd.endpoint) as client:
-        agent = Agent(config)
+        agent = Agent(config, clock=clock)
         async with anyio.create_task_group() as tg:
             await tg.start(agent.run)
             env = AgentEnv(agent, config, config.static_pod_path, client)
             try:
                 yield env
             finally:
-                if cleanup:
-                    with anyio.CancelScope(shield=True):
-                        for f in config.static_pod_path.iterdir():
-                            f.unlink()
-                        await env.wait_empty(60)
-                tg.cancel_scope.cancel()
+                try:
+                    if cleanup:
+                        with anyio.CancelScope(shield=True):
+                            for f in config.static_pod_path.iterdir():
+                                f.unlink()
+                            await env.wait_empty(60)
+                finally:
+                    tg.cancel_scope.cancel()

@@ -17,10 +17,9 @@ from typing import Any
 import anyio
 import pytest
 
-from cri import RuntimeClient
+from cri import NotFound
 from cri import types as t
 from nodeagent import labels as L
-from nodeagent.agent import Agent
 from nodeagent.clock import ManualClock
 from tests.agent_helpers import (
     BUSYBOX_IMAGE,
@@ -89,7 +88,12 @@ async def instances(env: AgentEnv, name: str) -> list[t.ContainerStatus]:
     """Every CRI container of pod ``name``, oldest first, with its full status."""
     _, containers = await runtime_objects(env.client, env.node)
     mine = [c for c in containers if c.labels.get(L.POD_NAME) == f"{name}-{env.node}"]
-    statuses = [await env.client.container_status(c.id) for c in mine]
+    statuses = []
+    for c in mine:
+        try:
+            statuses.append(await env.client.container_status(c.id))
+        except NotFound:
+            continue  # the agent removed an old instance between the list and the status call
     return sorted(statuses, key=lambda s: s.created_at)
 
 
@@ -104,21 +108,8 @@ def facts(env: AgentEnv, name: str, kind: str) -> list[dict[str, Any]]:
 @asynccontextmanager
 async def clocked_agent(containerd: Any, base: Path, clock: ManualClock) -> AsyncIterator[AgentEnv]:
     """running_agent, with the agent on a manual clock (back-off time moves only on advance)."""
-    config = make_config(base, containerd.endpoint)
-    assert config.static_pod_path is not None
-    async with RuntimeClient(containerd.endpoint) as client:
-        agent = Agent(config, clock=clock)
-        async with anyio.create_task_group() as tg:
-            await tg.start(agent.run)
-            env = AgentEnv(agent, config, config.static_pod_path, client)
-            try:
-                yield env
-            finally:
-                with anyio.CancelScope(shield=True):
-                    for f in config.static_pod_path.iterdir():
-                        f.unlink()
-                    await env.wait_empty(60)
-                tg.cancel_scope.cancel()
+    async with running_agent(containerd, base, clock=clock) as env:
+        yield env
 
 
 # --- restarts ---------------------------------------------------------------------------

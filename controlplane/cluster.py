@@ -24,6 +24,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -264,7 +265,10 @@ class ControlPlane:
             self._procs[name] = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=self.base_dir, start_new_session=True,
-                preexec_fn=_die_with_parent if self._die_with_parent else None)  # noqa: PLW1509
+                # PR_SET_PDEATHSIG fires when the spawning *thread* exits: from a worker thread
+                # (anyio.to_thread) the component would die when that idle thread is reaped.
+                preexec_fn=_die_with_parent if self._die_with_parent
+                and threading.current_thread() is threading.main_thread() else None)  # noqa: PLW1509
         self._write_state()
         self._wait_healthy(name, deadline)
 

@@ -59,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("images", help="build the image archives and list them")
     p_rep = sub.add_parser("report", help="re-render a report from JUnit files")
     _common(p_rep)
-    p_rep.add_argument("junit", type=Path, nargs="+")
+    p_rep.add_argument("junit", type=Path, nargs="*", help="junit_01.xml files of the run")
+    p_rep.add_argument("--log", type=Path, help="e2e.log of the run, for tests no JUnit file has")
+    p_rep.add_argument("--title", help="report title")
+    p_rep.add_argument("--note", action="append", default=[], help="a note for the report header")
     p_rep.add_argument("--out", type=Path, required=True)
     p_cmp = sub.add_parser("compare", help="tests whose result differs between two runs "
                                            "(e.g. nodeagent vs. --node kubelet)")
@@ -95,11 +98,16 @@ def main(argv: list[str] | None = None) -> int:
         opts = runner.Options(focus=args.focus, slice=args.slice)
         selected, reasons = runner.compute_selection(cpbuild.binary("e2e.test"), opts)
         parsed = rep.parse_junit(args.junit)
+        if args.log:
+            parsed = rep.merge(parsed, rep.parse_log(args.log, [s.name for s in selected]))
         cases = rep.build_cases([(s.name, s.location) for s in selected], reasons, parsed,
-                                "not in the JUnit files given")
+                                "the run did not reach it")
         info = rep.RunInfo(selection=f"{len(selected)} tests", kubernetes=cpbuild.K8S_VERSION,
-                           command="python -m conformance.e2e report ...",
-                           suite_failures=parsed.suite_failures)
+                           command="python -m conformance.e2e " + " ".join(sys.argv[1:]),
+                           suite_failures=parsed.suite_failures, notes=list(args.note),
+                           nodeagent_commit=runner.git_commit())
+        if args.title:
+            info.title = args.title
         _ = sel
         print(rep.write_all(args.out, cases, info))
         return 0
@@ -109,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         ca = {c["name"]: c for c in a["cases"]}
         cb = {c["name"]: c for c in b["cases"]}
         print(f"A: {args.results[0]}: {a['summary']}\nB: {args.results[1]}: {b['summary']}")
-        for name in sorted(ca.keys() & cb.keys()):
+        both = [n for n in sorted(ca.keys() & cb.keys())
+                if "not-run" not in (ca[n]["state"], cb[n]["state"])]
+        print(f"{len(both)} tests ran in both; those whose result differs:")
+        for name in both:
             x, y = ca[name], cb[name]
             if x["status"] != y["status"]:
                 why = x["reason"] if x["status"] == "failed" else y["reason"]

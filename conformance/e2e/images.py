@@ -85,8 +85,6 @@ NOT_BUILT: dict[str, str] = {
     f"{E2E_REGISTRY}/kitten:1.8":
         "image-volume content image; only the ImageVolume feature tests use it (skipped: "
         "containerd 1.6 has no image volumes)",
-    "gcr.io/authenticated-image-pulling/alpine:3.7":
-        "a private image on an external registry (credential-provider test)",
     f"{E2E_REGISTRY}/agnhost (PullAlways)":
         "'should be able to pull image' sets imagePullPolicy Always: the node must reach "
         "registry.k8s.io, which no machine here can",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -98,6 +99,49 @@ def parse_junit(paths: Iterable[Path]) -> Parsed:
             elif state not in ("passed", "skipped"):
                 out.suite_failures.append(SuiteCase(raw, state, _reason(tc)))
     return out
+
+
+_LOG_HEADER = re.compile(r"^(?:•|S|P) (?:\[(?P<state>[A-Z]+)\] )?\[(?P<secs>[0-9.]+) seconds\]$")
+_LOG_REASON = re.compile(r"^\s+\[(FAILED|TIMEDOUT|PANICKED|INTERRUPTED|SKIPPED)\] (?!in \[)(?P<msg>.*)$")
+
+
+def parse_log(path: Path, names: Iterable[str]) -> Parsed:
+    """Per-test results out of ginkgo's verbose output (e2e.log), for a pass that
+    wrote no JUnit (a parallel run that was killed). Each finished spec prints
+    a block: "• [STATE] [N seconds]", its name (with " [It] " before the leaf
+    text when it did not pass, and its labels appended), its location, and
+    for failures the message after its timeline."""
+    by_len = sorted(set(names), key=len, reverse=True)
+    out = Parsed()
+    lines = path.read_text(errors="replace").splitlines()
+    for i, line in enumerate(lines):
+        m = _LOG_HEADER.match(line)
+        if not m or i + 1 >= len(lines):
+            continue
+        text = lines[i + 1].replace(" [It] ", " ")
+        name = next((n for n in by_len if text == n or text.startswith(n + " [")), None)
+        if name is None:
+            continue
+        state = (m["state"] or "PASSED").lower()
+        reason = ""
+        if state != "passed":
+            for nxt in lines[i + 2:]:
+                if nxt.startswith("------------------------------"):
+                    break
+                r = _LOG_REASON.match(nxt)
+                if r:
+                    reason = f"[{r.group(1)}] {r['msg']}".strip()
+                    break
+        out.cases[name] = Case(name, _STATE.get(state, FAILED), reason[:400], float(m["secs"]),
+                               state)
+    return out
+
+
+def merge(primary: Parsed, fallback: Parsed) -> Parsed:
+    """JUnit results first; the log's for tests the JUnit files do not have."""
+    cases = dict(fallback.cases)
+    cases.update(primary.cases)
+    return Parsed(cases, primary.suite_failures + fallback.suite_failures)
 
 
 def build_cases(selected: list[tuple[str, str]], skip_reasons: dict[str, str],

@@ -356,21 +356,36 @@ def run_pass(env: Environment, names: list[str], report_dir: Path, nodes: int,
     return rc
 
 
-def _kill_group(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-    """SIGTERM the process group of `proc` (our own session), then SIGKILL what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a pass: SIGINT to ginkgo / e2e.test first, which interrupts the running
+    tests, cleans up and still writes the JUnit of what ran (up to 2 min); then
+    SIGTERM, then SIGKILL to the whole process group (our own session)."""
+    steps = ((signal.SIGINT, False, 120.0), (signal.SIGTERM, True, 20.0),
+             (signal.SIGKILL, True, 10.0))
+    for sig, group, timeout in steps:
         try:
-            os.killpg(proc.pid, sig)
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                os.kill(proc.pid, sig)
         except ProcessLookupError:
             return
         try:
             proc.wait(timeout=timeout)
-            # the leader is gone; its group may not be
-            os.killpg(proc.pid, 0)
+            os.killpg(proc.pid, 0)  # the leader is gone; is its group?
         except (subprocess.TimeoutExpired, ProcessLookupError, PermissionError):
-            pass
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                return
         else:
             time.sleep(1)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def git_commit() -> str:
@@ -461,6 +476,9 @@ def run(opts: Options) -> int:
                 else:
                     info.notes.append(f"pass {label!r} wrote no JUnit ({junit}); see {log_path}")
             parsed = rep.parse_junit(junits)
+            if log_path.exists() and len(junits) < sum(1 for _, n, _ in passes if n):
+                # a pass wrote no JUnit (killed): take what its log says
+                parsed = rep.merge(parsed, rep.parse_log(log_path, to_run))
             info.suite_failures = parsed.suite_failures
             not_run = "the suite stopped before it (interrupted or timed out; see e2e.log)"
             if parsed.suite_failures:
@@ -469,6 +487,10 @@ def run(opts: Options) -> int:
         info.notes.append("interrupted")
         not_run = "interrupted"
         rc = 130
+        # an interrupted pass may still have written its JUnit; the log has the rest
+        parsed = rep.parse_junit(sorted(reports.glob("e2e-*/junit_01.xml")))
+        if (reports / "e2e.log").exists():
+            parsed = rep.merge(parsed, rep.parse_log(reports / "e2e.log", to_run))
     finally:
         if opts.keep:
             log(f"--keep: environment left running under {opts.workdir} "

@@ -7,6 +7,7 @@ API (camelCase on the wire, snake_case in Python).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -228,12 +229,27 @@ class Lifecycle(_ApiModel):
     pre_stop: LifecycleHandler | None = None
 
 
+class ContainerRestartRuleOnExitCodes(_ApiModel):
+    operator: Literal["In", "NotIn"]
+    values: list[int] = Field(default_factory=list)
+
+
+class ContainerRestartRule(_ApiModel):
+    # RestartAllContainers (an alpha-then-beta action) is not modelled: a pod using it is
+    # refused as invalid rather than run with a rule we do not carry out.
+    action: Literal["Restart"]
+    exit_codes: ContainerRestartRuleOnExitCodes | None = None
+
+
 class Container(_ApiModel):
     name: str
     image: str
     lifecycle: Lifecycle | None = None
-    restart_policy: Literal["Always"] | None = None
-    """Only on init containers: "Always" makes it a sidecar (a restartable init container)."""
+    restart_policy: Literal["Always", "OnFailure", "Never"] | None = None
+    """On an init container only "Always", which makes it a sidecar (a restartable init
+    container); on a regular container (ContainerRestartRules) it overrides the pod's policy."""
+    restart_policy_rules: list[ContainerRestartRule] = Field(default_factory=list)
+    """Regular containers: evaluated in order on exit before ``restart_policy``."""
     security_context: SecurityContext | None = None
     volume_mounts: list[VolumeMount] = Field(default_factory=list)
     command: list[str] = Field(default_factory=list)
@@ -434,6 +450,13 @@ class WorkloadReference(_ApiModel):
     pod_group_replica_key: str = ""
 
 
+_DNS1123_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+class PodOS(_ApiModel):
+    name: str
+
+
 class PodSpec(_ApiModel):
     containers: list[Container] = Field(min_length=1)
     init_containers: list[Container] = Field(default_factory=list)
@@ -446,8 +469,17 @@ class PodSpec(_ApiModel):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"container names must be unique across initContainers and containers: {duplicates}")
-        if any(c.restart_policy is not None for c in self.containers):
-            raise ValueError("restartPolicy may only be set on init containers")
+        for c in self.init_containers:
+            if c.restart_policy not in (None, "Always"):
+                raise ValueError(f"init container {c.name!r}: restartPolicy may only be Always")
+            if c.restart_policy_rules:
+                raise ValueError(f"init container {c.name!r}: restartPolicyRules are not supported on init containers")
+        for c in self.containers:
+            if c.restart_policy_rules and c.restart_policy is None:
+                raise ValueError(f"container {c.name!r}: restartPolicyRules need a container restartPolicy")
+        for c in self.init_containers:
+            if c.restart_policy is None and (c.lifecycle or c.liveness_probe or c.readiness_probe or c.startup_probe):
+                raise ValueError(f"init container {c.name!r}: lifecycle and probes need restartPolicy: Always")
         for c in self.init_containers:
             if c.restart_policy is None and (c.lifecycle or c.liveness_probe or c.readiness_probe or c.startup_probe):
                 raise ValueError(f"init container {c.name!r}: lifecycle and probes need restartPolicy: Always")
@@ -469,8 +501,11 @@ class PodSpec(_ApiModel):
     dns_config: PodDNSConfig | None = None
     restart_policy: Literal["Always", "OnFailure", "Never"] = "Always"
     termination_grace_period_seconds: int = 30
+    active_deadline_seconds: int | None = Field(default=None, ge=1)
     host_network: bool = False
     hostname: str = ""
+    # HostnameOverride (beta): the sandbox's hostname verbatim (a DNS subdomain), no domain.
+    hostname_override: str | None = None
     subdomain: str = ""
     node_name: str = ""
     priority: int | None = None
@@ -482,6 +517,17 @@ class PodSpec(_ApiModel):
     scheduling_group: PodSchedulingGroup | None = None
     workload_ref: WorkloadReference | None = None
     resource_claims: list[PodResourceClaim] = Field(default_factory=list)
+
+    @field_validator("hostname_override")
+    @classmethod
+    def _dns_subdomain(cls, value: str | None) -> str | None:
+        if value is not None and not _DNS1123_SUBDOMAIN.fullmatch(value):
+            raise ValueError(f"hostnameOverride {value!r} is not a valid DNS subdomain (RFC 1123, at most 253 "
+                             "characters of lower-case alphanumerics, '-' and '.')")
+        return value
+
+    # Checked at admission (the kubelet's PodOSNotSupported); the node is Linux.
+    os: PodOS | None = None
 
 
 class Pod(_ApiModel):

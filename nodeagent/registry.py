@@ -31,7 +31,7 @@ DEFAULT_PROFILE: Mapping[str, Sequence[str]] = {
     "prepare": ["dra", "volumes", "apivolumes", "runtime"],
     "permit": ["gang"],  # the gang barrier: after local preparation, before any container
     "start": ["runtime"],
-    "observe": ["status", "runtime", "probes", "logs", "apivolumes"],  # apivolumes: resync, token refresh
+    "observe": ["status", "runtime", "probes", "logs", "apivolumes", "activedeadline"],  # apivolumes: resync, token refresh
     "cleanup": ["logs", "runtime"],
 }
 

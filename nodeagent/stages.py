@@ -227,8 +227,17 @@ class PodContext(Protocol):
     async def publish(self, event: Event) -> None:
         """Publish a fact about this pod; ``pod``, ``source`` and ``cause`` are filled in."""
 
+    @property
+    def terminating(self) -> bool:
+        """The pod was asked to stop (deleted, or dropped by its source)."""
+
     def complete(self, phase: Literal["Succeeded", "Failed"]) -> None:
         """(observe) The pod reached a terminal phase: no container will run again."""
+
+    def fail(self, reason: str, message: str) -> None:
+        """(observe) Fail the whole pod (e.g. its activeDeadlineSeconds passed): its containers
+        are stopped with the pod's grace period, its phase becomes Failed with this reason and
+        message, and nothing of it runs again."""
 
     def wake(self) -> None:
         """(permit) Ask the worker to call a WAITing permit stage again now."""
@@ -322,12 +331,18 @@ class Start(Stage):
 
 
 class Observe(Stage):
+    through_termination: ClassVar[bool] = False
+    """True: keep observing a killed pod while its stop phase runs (``ctx.terminating`` is then
+    True), as the kubelet keeps reporting status and probing readiness during termination.
+    Such a stage must not start anything then. False: cancelled as soon as the pod is killed."""
+
     @abstractmethod
     async def observe(self, ctx: PodContext) -> None:
         """Watch the running pod (status, restarts, probes) until cancelled.
 
         Called: once the start phase succeeded, concurrently with the other observe stages,
-        in the pod's own task group; cancelled when the pod is killed or completes.
+        in the pod's own task group; cancelled when the pod completes, and when it is killed
+        (after the stop phase if ``through_termination``, else at once).
         May call ``ctx.complete(phase)`` when no container will run again.
         Returning early is allowed (nothing to watch).
         """

@@ -8,6 +8,7 @@ so two stages can never race on a pod's status.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import tempfile
@@ -75,8 +76,17 @@ class _PodRecord:
     probes: dict[str, tuple[bool | None, bool | None]] = field(default_factory=dict)
     conditions: dict[str, dict[str, str]] = field(default_factory=dict)
     start_time: float | None = None
+    failed: bool = False
+    observed_at: float = 0.0
+    """When an observer last reported the runtime view (set_observed)."""
+    """A stage failed the pod as a whole (reason/message say why): its phase is Failed."""
     computed: dict[str, Any] = field(default_factory=dict)
+    published: dict[str, Any] = field(default_factory=dict)
+    """What the sinks were last given: a reader's get() refreshes ``computed`` without
+    publishing, so changes are detected against this, never against ``computed``."""
     dirty: bool = True
+    transitions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Condition type -> (status, lastTransitionTime) as last published."""
 
 
 class PodReporter:
@@ -99,7 +109,10 @@ class PodReporter:
         self._writer._update(self._uid, apply)
 
     def set_observed(self, status: Mapping[str, Any]) -> None:
-        self._writer._update(self._uid, lambda r: setattr(r, "observed", dict(status)))
+        def apply(r: _PodRecord) -> None:
+            r.observed, r.observed_at = dict(status), time.time()
+
+        self._writer._update(self._uid, apply)
 
     def container_probe_result(self, container: str, *, ready: bool | None = None,
                                started: bool | None = None) -> None:
@@ -137,6 +150,21 @@ class StatusWriter:
             rec.pod = pod
             rec.dirty = True
         self._wake.set()
+
+    def fail(self, uid: str, reason: str, message: str) -> None:
+        """The pod failed as a whole (PodContext.fail): phase Failed with this reason, for good."""
+        def apply(r: _PodRecord) -> None:
+            r.failed, r.reason, r.message = True, reason, message
+
+        self._update(uid, apply)
+
+    def observed_at(self, uid: str) -> float:
+        rec = self._pods.get(uid)
+        return rec.observed_at if rec is not None else 0.0
+
+    def failed(self, uid: str) -> bool:
+        rec = self._pods.get(uid)
+        return rec is not None and rec.failed
 
     def reporter(self, uid: str) -> PodReporter:
         return PodReporter(self, uid)
@@ -189,10 +217,10 @@ class StatusWriter:
         for rec in list(self._pods.values()):
             if not rec.dirty:
                 continue
-            previous = rec.computed
             rec.computed = compute(rec)
             rec.dirty = False
-            if rec.computed != previous:
+            if rec.computed != rec.published:
+                rec.published = rec.computed
                 for sink in self._sinks:
                     await sink.write(rec.ref, rec.computed)
 
@@ -212,7 +240,9 @@ def compute(rec: _PodRecord) -> dict[str, Any]:
         status.update(phase="Failed", reason=rec.reason, message=f"Pod was rejected: {rec.message}")
         return status
 
-    observed = rec.observed
+    # A deep copy: the refinements below edit container statuses and conditions in place, and
+    # must neither change the observer's report nor a status already handed to the sinks.
+    observed = copy.deepcopy(rec.observed)
     if observed:
         status.update({k: v for k, v in observed.items() if k not in ("hostIP", "hostIPs")})
     else:
@@ -244,15 +274,31 @@ def compute(rec: _PodRecord) -> dict[str, Any]:
         _apply_probe_results(status, rec)
     for condition in rec.conditions.values():
         conditions = [c for c in status.get("conditions", []) if c["type"] != condition["type"]]
-        status["conditions"] = [*conditions, {**condition, "lastTransitionTime": rfc3339(time.time())}]
+        status["conditions"] = [*conditions, dict(condition)]
+    _stamp_transitions(status, rec)
 
-    if rec.reason and rec.state in (PodState.TERMINATING, PodState.TERMINATED) and status.get("phase") != "Succeeded":
+    if rec.failed or (rec.reason and rec.state in (PodState.TERMINATING, PodState.TERMINATED)
+                      and status.get("phase") != "Succeeded"):
         status.update(phase="Failed", reason=rec.reason, message=rec.message)
     elif rec.reason:
         status.setdefault("reason", rec.reason)
         if rec.message:
             status.setdefault("message", rec.message)
     return status
+
+
+def _stamp_transitions(status: dict[str, Any], rec: _PodRecord) -> None:
+    """lastTransitionTime is when a condition's status last changed, as the world saw it: probe
+    results and stage conditions change statuses after the runtime view stamped them, so the
+    time is settled here, last, against what this writer published before."""
+    now = rfc3339(time.time())
+    for condition in status.get("conditions", []):
+        previous = rec.transitions.get(condition["type"])
+        if previous is not None and previous[0] == condition["status"]:
+            condition["lastTransitionTime"] = previous[1]
+        elif previous is not None or "lastTransitionTime" not in condition:
+            condition["lastTransitionTime"] = now
+        rec.transitions[condition["type"]] = (condition["status"], condition["lastTransitionTime"])
 
 
 def _apply_probe_results(status: dict[str, Any], rec: _PodRecord) -> None:

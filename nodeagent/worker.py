@@ -50,6 +50,7 @@ log = structlog.get_logger("nodeagent.worker")
 MINIMUM_GRACE_SECONDS = 2
 # Undo phases other than stop are bounded too, so a hung driver cannot hold a worker forever.
 UNDO_TIMEOUT_SECONDS = 120.0
+SETTLE_TIMEOUT_SECONDS = 3.0  # how long a stopped pod's last listing may take to reach its status
 SETUP_CONCURRENCY = 16
 RETRY_INITIAL_SECONDS = 1.0
 # A pod condition, so that `kubectl get pod -o yaml` users see what we ignored.
@@ -134,6 +135,15 @@ class StageContext:
             event.model_copy(update={"pod": self._worker.ref, "source": self.stage, "cause": self._worker.cause})
         )
 
+    @property
+    def terminating(self) -> bool:
+        return self._worker.kill_requested
+
+    def fail(self, reason: str, message: str) -> None:
+        self.log.warning("pod failed", reason=reason, message=message)
+        self._worker.services.status.fail(self._worker.ref.uid, reason, message)
+        self.complete("Failed")
+
     def complete(self, phase: Literal["Succeeded", "Failed"]) -> None:
         self._worker.completed_phase = phase
         self._worker.wake.set()
@@ -162,6 +172,7 @@ class PodWorker:
         self.wake = anyio.Event()
         self.permit_wake = anyio.Event()
         self.completed_phase: str | None = None
+        self._stopped = False
         self._setup_scope: anyio.CancelScope | None = None
         self.done = anyio.Event()
         self.log = log.bind(pod=str(ref), uid=ref.uid)
@@ -248,7 +259,7 @@ class PodWorker:
         self._to(Trigger.COMPLETE)
         await self._emit(ev.PodCompleted(phase=self.completed_phase or "Succeeded"))  # type: ignore[arg-type]
         with anyio.CancelScope(shield=True):
-            await self._undo(Phase.STOP, grace=0)
+            await self._stop(grace=0, announce=False)
             await self._undo(Phase.UNPREPARE)
             await self.services.admission.release(self.pod)
         await self._wait_for_kill()
@@ -364,16 +375,30 @@ class PodWorker:
         return result
 
     async def _observe(self) -> None:
+        """Run the observe stages until the pod is killed or completes. On a kill, the stages
+        that observe through termination (status, readiness probes) keep running while the
+        stop phase runs, as the kubelet keeps probing and reporting a terminating pod."""
         self.wake = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            for stage in self.services.pipeline[Phase.OBSERVE]:
-                assert isinstance(stage, Observe)
-                tg.start_soon(self._observer, stage, name=f"observe:{stage.name}:{self.ref}")
-            while not (self.kill_requested or self.completed_phase):
-                await self.wake.wait()
-                self.wake = anyio.Event()
-                self._take_pending()
-            tg.cancel_scope.cancel()
+        observers = [stage for stage in self.services.pipeline[Phase.OBSERVE] if isinstance(stage, Observe)]
+        async with anyio.create_task_group() as lingering:
+            async with anyio.create_task_group() as tg:
+                for stage in observers:
+                    group = lingering if stage.through_termination else tg
+                    group.start_soon(self._observer, stage, name=f"observe:{stage.name}:{self.ref}")
+                while not (self.kill_requested or self.completed_phase):
+                    await self.wake.wait()
+                    self.wake = anyio.Event()
+                    self._take_pending()
+                tg.cancel_scope.cancel()
+            if self.kill_requested:
+                self._to(Trigger.KILL)
+                await self._stop(grace=self._grace())
+            elif self.services.status.failed(self.ref.uid):
+                # Failed as a whole by a stage: stopped as gracefully as a deletion would be.
+                await self._stop(grace=self._grace(), announce=False)
+            if self._stopped and any(stage.through_termination for stage in observers):
+                await self._settle()
+            lingering.cancel_scope.cancel()
 
     async def _observer(self, stage: Observe) -> None:
         ctx = StageContext(self, stage.name)
@@ -413,11 +438,33 @@ class PodWorker:
         await self._teardown(grace=self._grace())
         await self._finish()
 
-    async def _teardown(self, grace: int) -> None:
-        """stop → unprepare → cleanup → unreserve; shielded: a pod being torn down is torn down."""
-        await self._emit(ev.PodTerminating(grace_period_seconds=grace))
+    async def _settle(self) -> None:
+        """Before the lingering observers go: let the status report a listing made after the
+        containers stopped, so the last status shows them terminated (bounded: a runtime that
+        does not answer must not hold the teardown)."""
+        stopped_at = time.time()
+        relister, status = self.services.relister, self.services.status
+        relister.request_relist()
+        with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS):
+            while relister.pod(self.ref.uid).seen_at <= stopped_at:
+                await relister.wait_changed(self.ref.uid, timeout=0.1)
+            while status.observed_at(self.ref.uid) <= relister.pod(self.ref.uid).seen_at:
+                await anyio.sleep(0.02)
+
+    async def _stop(self, grace: int, announce: bool = True) -> None:
+        """The stop phase, once per pod (a terminating pod runs it while it is still observed)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if announce:
+            await self._emit(ev.PodTerminating(grace_period_seconds=grace))
         with anyio.CancelScope(shield=True):
             await self._undo(Phase.STOP, grace=grace)
+
+    async def _teardown(self, grace: int) -> None:
+        """stop → unprepare → cleanup → unreserve; shielded: a pod being torn down is torn down."""
+        await self._stop(grace)
+        with anyio.CancelScope(shield=True):
             await self._undo(Phase.UNPREPARE)
             await self._undo(Phase.CLEANUP)
             await self.services.admission.release(self.pod)

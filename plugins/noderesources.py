@@ -1,7 +1,9 @@
-"""Admission by node resources: max pods, and CPU / memory requests against allocatable.
+"""Admission by node fit (the kubelet's predicate admit handler): the pod's OS, max pods, and
+CPU / memory requests against allocatable.
 
-Reasons and messages are the kubelet's (OutOfpods, OutOfcpu, OutOfmemory; "Node didn't have
-enough resource: ..."), so that tooling built for the kubelet recognises them.
+Reasons and messages are the kubelet's (PodOSNotSupported, PodOSSelectorNodeLabelDoesNotMatch,
+OutOfpods, OutOfcpu, OutOfmemory; "Node didn't have enough resource: ..."), so that tooling
+built for the kubelet recognises them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from typing import Any, ClassVar
 from nodeagent import quantity
 from nodeagent.model import Pod
 from nodeagent.stages import Admit, AgentHandle, NodeView, Result
+
+NODE_OS = "linux"  # the kubelet compares with runtime.GOOS; nodeagent runs Linux nodes only
+OS_LABEL = "kubernetes.io/os"
 
 
 def pod_requests(pod: Pod) -> dict[str, int]:
@@ -31,6 +36,12 @@ class NodeResources(Admit):
     name: ClassVar[str] = "noderesources"
 
     async def admit(self, pod: Pod, node: NodeView) -> Result:
+        # OS checks first: evicting other pods could never make room for these.
+        if pod.metadata.labels.get(OS_LABEL, NODE_OS) != NODE_OS:
+            return Result.reject("PodOSSelectorNodeLabelDoesNotMatch",
+                                 f"Failed to admit pod as the `{OS_LABEL}` label doesn't match node label")
+        if pod.spec.os is not None and pod.spec.os.name != NODE_OS:
+            return Result.reject("PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
         allocatable = node.node.allocatable
         used_pods = len(node.admitted)
         if used_pods + 1 > allocatable.get("pods", 110):

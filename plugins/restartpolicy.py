@@ -4,25 +4,42 @@ disagree about whether a container will run again."""
 
 from __future__ import annotations
 
-from nodeagent.model import Container
+from nodeagent.model import Container, PodSpec
 from nodeagent.runtimeview import ContainerRecord
 
 
-def should_restart(policy: str, latest: ContainerRecord | None) -> bool:
+def container_should_restart(spec: PodSpec, container: Container, exit_code: int) -> bool:
+    """ContainerShouldRestart (ContainerRestartRules, on by default since v1.35): the
+    container's rules in order (the first whose exit codes match decides), then the
+    container's restartPolicy, then the pod's."""
+    if container.restart_policy is not None:
+        for rule in container.restart_policy_rules:
+            if rule.exit_codes is None:
+                continue
+            listed = exit_code in rule.exit_codes.values
+            if listed == (rule.exit_codes.operator == "In"):
+                return True  # the only action modelled is Restart
+        policy = container.restart_policy
+    else:
+        policy = spec.restart_policy
+    if policy == "Never":
+        return False
+    if policy == "OnFailure":
+        return exit_code != 0
+    return True
+
+
+def should_restart(spec: PodSpec, container: Container, latest: ContainerRecord | None) -> bool:
     """ShouldContainerBeRestarted for a regular container whose newest instance is ``latest``."""
     if latest is None or latest.state in ("created", "unknown"):
         return True
     if latest.running:
         return False
-    if policy == "Never":
-        return False
-    if policy == "OnFailure":
-        return latest.exit_code != 0
-    return True
+    return container_should_restart(spec, container, latest.exit_code)
 
 
 def is_sidecar(container: Container) -> bool:
-    """A restartable init container: started in init order, then kept running like a regular
+    """(For an init container) A restartable init container: started in init order, then kept running like a regular
     container whatever the pod's restartPolicy, and stopped after the regular containers."""
     return container.restart_policy == "Always"
 

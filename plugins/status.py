@@ -26,7 +26,7 @@ from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import AgentHandle, Observe, PodContext
 from nodeagent.stash import StashKey
 from nodeagent.status import rfc3339
-from plugins.restartpolicy import is_sidecar, should_restart
+from plugins.restartpolicy import container_should_restart, is_sidecar, should_restart
 from plugins.runtime.notes import notes_of
 from plugins.runtime.plan import latest_in, newest_sandbox
 from plugins.runtime.termination_message import MAX_POD_MESSAGE_BYTES, read_message
@@ -116,7 +116,7 @@ def pod_phase(pod: Pod, init_statuses: Sequence[Mapping[str, Any]], statuses: Se
     spec = pod.spec
     by_name = {s["name"]: s for s in (*init_statuses, *statuses)}
     pending_init = pending_sidecars = failed_init = 0
-    unknown = running = waiting = stopped = succeeded = 0
+    unknown = running = waiting = stopped = succeeded = final = 0
     for c in spec.init_containers:
         s = by_name.get(c.name)
         state = s["state"] if s else {}
@@ -156,8 +156,10 @@ def pod_phase(pod: Pod, init_statuses: Sequence[Mapping[str, Any]], statuses: Se
         elif "terminated" in state:
             stopped += 1
             succeeded += state["terminated"]["exitCode"] == 0
+            final += not container_should_restart(spec, c, state["terminated"]["exitCode"])
         elif last is not None:
             stopped += 1
+            final += not container_should_restart(spec, c, last["exitCode"])
         else:
             waiting += 1
     if failed_init and spec.restart_policy == "Never":
@@ -167,13 +169,10 @@ def pod_phase(pod: Pod, init_statuses: Sequence[Mapping[str, Any]], statuses: Se
     if running and not unknown:
         return "Running"
     if not running and stopped and not unknown:
-        if spec.restart_policy == "Always":
+        # Per container (ContainerRestartRules): one that will run again keeps the pod Running.
+        if stopped != final:
             return "Running"
-        if stopped == succeeded:
-            return "Succeeded"
-        if spec.restart_policy == "Never":
-            return "Failed"
-        return "Running"
+        return "Succeeded" if stopped == succeeded else "Failed"
     return "Pending"
 
 
@@ -270,7 +269,7 @@ def settled(pod: Pod, runtime: PodRuntime, phase: str) -> list[str]:
         if latest is None or not latest.exited:
             continue
         if c.name in regular:
-            final = not should_restart(pod.spec.restart_policy, latest)
+            final = not should_restart(pod.spec, c, latest)
         else:
             final = not is_sidecar(c) and latest.exit_code == 0
         if final or phase in ("Succeeded", "Failed"):
@@ -297,6 +296,8 @@ async def _read_messages(ctx: PodContext, runtime: PodRuntime) -> dict[str, str]
 
 class StatusStage(Observe):
     name: ClassVar[str] = "status"
+    # A terminating pod's status keeps following the runtime (containers stopping, readiness).
+    through_termination: ClassVar[bool] = True
 
     async def observe(self, ctx: PodContext) -> None:
         notes = notes_of(ctx.stash)

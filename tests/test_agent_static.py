@@ -164,6 +164,16 @@ async def test_admission_rejects_with_kubelet_reason(containerd: Any, tmp_path: 
         env.write("p3.yaml", pod_manifest("p3"))
         status = await wait_for(lambda: _phase(env, "p3", "Failed"), what="third pod rejected by maxPods")
         assert status["reason"] == "OutOfpods"
+        # The pod's OS (spec.os.name, or the kubernetes.io/os label) must be the node's.
+        env.write("win.yaml", pod_manifest("win", os={"name": "windows"}))
+        status = await wait_for(lambda: _phase(env, "win", "Failed"), what="windows pod rejected")
+        assert status["reason"] == "PodOSNotSupported"
+        assert status["message"] == "Pod was rejected: Failed to admit pod as the OS field doesn't match node OS"
+        win_label = pod_manifest("winlabel")
+        win_label["metadata"]["labels"] = {"kubernetes.io/os": "windows"}
+        env.write("winlabel.yaml", win_label)
+        status = await wait_for(lambda: _phase(env, "winlabel", "Failed"), what="windows-labelled pod rejected")
+        assert status["reason"] == "PodOSSelectorNodeLabelDoesNotMatch"
         sandboxes, _ = await runtime_objects(env.client, env.node)
         assert len(sandboxes) == 2  # nothing was set up for rejected pods
 

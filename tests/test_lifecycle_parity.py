@@ -231,6 +231,37 @@ async def test_restart_policies_and_exit_reasons(containerd: Any, tmp_path: Path
         assert not await instances(env, "nonroot")
 
 
+async def test_container_restart_policy_and_rules(containerd: Any, tmp_path: Path) -> None:
+    """ContainerRestartRules (beta, on by default since v1.35; upstream's "Container Restart
+    Rules" tests): a container's own restartPolicy overrides the pod's, and its
+    restartPolicyRules, matched on the exit code, come first."""
+    rule_42 = [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("pods.yaml",
+                  pod("rule-match", [ctr("main", "exit 42", restartPolicy="Never", restartPolicyRules=rule_42)],
+                      restartPolicy="Never"),
+                  pod("rule-mismatch", [ctr("main", "exit 1", restartPolicy="Never", restartPolicyRules=rule_42)],
+                      restartPolicy="Never"),
+                  pod("ctr-never", [ctr("main", "exit 1", restartPolicy="Never")], restartPolicy="Always"),
+                  pod("ctr-always", [ctr("main", "exit 1", restartPolicy="Always")], restartPolicy="Never"),
+                  pod("not-in", [ctr("main", "exit 0", restartPolicy="OnFailure", restartPolicyRules=[
+                      {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [3]}}])]))
+        env.write("bad.yaml", pod("bad", [ctr("main", "exit 0", restartPolicyRules=rule_42)]))
+
+        def restarted(s: dict[str, Any]) -> bool:
+            return cs_of(s, "main").get("restartCount", 0) >= 1
+
+        for name in ("rule-match", "ctr-always", "not-in"):
+            status = await status_where(env, name, restarted, "restarted")
+            assert status["phase"] in ("Running", "Pending")
+        for name in ("rule-mismatch", "ctr-never"):
+            status = await phase(env, name, "Failed")
+            assert cs_of(status, "main")["restartCount"] == 0
+            assert len(await instances(env, name)) == 1
+        # Rules without a container restartPolicy are invalid (API validation): never run.
+        assert env.uid_of("bad") is None and not await instances(env, "bad")
+
+
 # --- init containers --------------------------------------------------------------------
 
 
@@ -517,6 +548,33 @@ async def test_pre_stop_hooks_and_graceful_termination(containerd: Any, tmp_path
         # The hook is cut off at the 3 s grace; StopContainer still gets the 2 s minimum.
         assert killed["stop_timeout_seconds"] == 2 and 2.9 <= killed["pre_stop_seconds"] < 5
         assert killed["exit_code"] == 137 and 4.8 <= took < 20
+
+
+async def test_active_deadline_fails_the_pod_gracefully(containerd: Any, tmp_path: Path) -> None:
+    """conformance.md PO4/12a: once activeDeadlineSeconds passed since the pod's start, the pod
+    fails as a whole (DeadlineExceeded), its containers get preStop and the grace period, and
+    nothing restarts them although restartPolicy is Always."""
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("pods.yaml",
+                  pod("deadline", [ctr("main", "trap 'exit 3' TERM; while true; do sleep 0.1; done",
+                                       lifecycle={"preStop": {"sleep": {"seconds": 1}}})],
+                      activeDeadlineSeconds=3, terminationGracePeriodSeconds=10),
+                  pod("no-deadline", [ctr("main", "sleep 3600")]))
+        status = await phase(env, "deadline", "Failed")
+        assert status["reason"] == "DeadlineExceeded"
+        assert status["message"] == "Pod was active on the node longer than the specified deadline"
+        async def killed_fact() -> list[dict[str, Any]]:
+            return facts(env, "deadline", "ContainerKilled")
+
+        (killed,) = await wait_for(killed_fact, 30, "the container killed")
+        assert killed["exit_code"] == 3 and killed["pre_stop_seconds"] >= 1  # graceful, not SIGKILL
+        status = await status_where(env, "deadline", lambda s: "terminated" in cs_of(s, "main")["state"],
+                                    "terminated container state")
+        assert cs_of(status, "main")["state"]["terminated"]["exitCode"] == 3
+        assert condition(status, "Ready")["status"] == "False"
+        await anyio.sleep(2)
+        assert len(await instances(env, "deadline")) == 1  # never restarted
+        assert env.status_of("no-deadline")["phase"] == "Running"
 
 
 async def test_orphan_keeps_its_pre_stop_hook_and_grace_across_an_agent_restart(

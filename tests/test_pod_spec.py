@@ -287,6 +287,8 @@ async def test_hostname_fqdn_etc_hosts_dns_and_sysctls(containerd: Any, tmp_path
         env.write("d.yaml", pod("dns", container("main"), dnsPolicy="None", dnsConfig={
             "nameservers": ["10.0.0.53"], "searches": ["a.example", "b.example"],
             "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]}))
+        env.write("o.yaml", pod("override", container("main"), hostname="ignored", subdomain="sub",
+                                hostnameOverride="override.example.host"))
         long_name = "hostfqdnveryveryveryverylongforfqdntobemorethan64bytes"
         env.write("l.yaml", pod(long_name, container("main"), subdomain="t", setHostnameAsFQDN=True))
 
@@ -313,6 +315,10 @@ async def test_hostname_fqdn_etc_hosts_dns_and_sysctls(containerd: Any, tmp_path
         fq = f"fqdn-{node}.t.default.svc.cluster.local"
         assert await output(env, "fqdn", "main", "hostname") == fq  # setHostnameAsFQDN
         assert await output(env, "fqdn", "main", "hostname", "-f") == fq
+
+        # hostnameOverride wins over hostname and subdomain, verbatim and without a domain.
+        assert await output(env, "override", "main", "hostname") == "override.example.host"
+        assert await output(env, "override", "main", "hostname", "-f") == "override.example.host"
 
         lines = (await output(env, "dns", "main", "cat", "/etc/resolv.conf")).splitlines()
         assert "nameserver 10.0.0.53" in lines and "search a.example b.example" in lines

@@ -3,6 +3,8 @@ through the agent and the real containerd (busybox pods, periodSeconds 1)."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -131,6 +133,7 @@ class _FakeContext:
     node: Any = None
     log: Any = field(default_factory=lambda: structlog.get_logger("test"))
     published: list[Any] = field(default_factory=list)
+    terminating: bool = False
 
     async def runtime_changed(self, timeout: float | None = None) -> None:
         await anyio.sleep_forever()
@@ -364,6 +367,13 @@ async def test_readiness_probes_drive_ready_for_exec_http_and_tcp(containerd: An
             status = await wait_for(lambda n=name: _when(env, n, lambda s: _condition(s, "Ready") == "True"),
                                     60, f"{name} Ready")
             assert _main(status)["ready"] is True and _main(status)["restartCount"] == 0
+            if name == "exec-later":
+                # Ready's lastTransitionTime is when the probe succeeded, not when the container
+                # started (upstream's "not ready before initial delay" compares the two).
+                became_ready = _rfc3339(next(c for c in status["conditions"] if c["type"] == "Ready")
+                                        ["lastTransitionTime"])
+                started = _rfc3339(_main(status)["state"]["running"]["startedAt"])
+                assert became_ready - started >= 3
         assert _facts(env, "exec-later", "ProbeResultChanged", probe="Readiness", result="Success")
         assert _facts(env, "exec-later", "ProbeFailed", probe="Readiness")
 
@@ -475,6 +485,34 @@ async def test_startup_probe_gates_liveness_and_readiness(containerd: Any, tmp_p
         assert not _facts(env, "never-started", "ProbeResultChanged", probe="Readiness")
 
 
+async def test_a_terminating_pod_keeps_readiness_probes_and_stops_liveness(containerd: Any, tmp_path: Path) -> None:
+    # Upstream's "should mark readiness on pods to false while pod is in progress of terminating":
+    # on SIGTERM the container removes its readiness file and lingers; the pod must turn unready
+    # while it still runs. The liveness probe fails from then on too, yet kills nothing.
+    script = ("trap 'rm -f /tmp/ready; sleep 8; exit 0' TERM; touch /tmp/ready; "
+              "while true; do sleep 1; done")
+    manifest = pod_manifest("linger", command=script, terminationGracePeriodSeconds=30, container={
+        "readinessProbe": _probe(_exec("cat", "/tmp/ready"), failureThreshold=1),
+        "livenessProbe": _probe(_exec("cat", "/tmp/ready"), failureThreshold=1)})
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("linger.yaml", manifest)
+        await wait_for(lambda: _when(env, "linger", lambda s: _condition(s, "Ready") == "True"), 60, "linger Ready")
+        uid = env.uid_of("linger")
+        env.remove("linger.yaml")
+        status = await wait_for(lambda: _when(env, "linger", lambda s: _condition(s, "Ready") == "False"),
+                                30, "unready while terminating")
+        assert "running" in _main(status)["state"]  # still in its grace period
+        assert env.agent.status.all()[uid][3].value == "Terminating"
+        # Gone in the end, and never killed by the liveness probe on the way.
+        await wait_for(lambda: _gone(env, uid), 60, "linger torn down")
+        kills = [e for e in env.agent.trace.chain(f"default/linger-{env.node}") if e["kind"] == "UnhealthyContainerKilled"]
+        assert kills == []
+
+
+async def _gone(env: Any, uid: str | None) -> bool:
+    return uid not in env.agent.status.all()
+
+
 def _sidecar(command: str, **probes: Any) -> dict[str, Any]:
     return {"name": "side", "image": BUSYBOX_IMAGE, "command": ["sh", "-c", command], "restartPolicy": "Always",
             **probes}
@@ -535,3 +573,7 @@ class TestProbesContract(StageContract):
                   "startupProbe": _probe(_exec("true")), "livenessProbe": _probe(_exec("true")),
                   "readinessProbe": _probe({"tcpSocket": {"port": 80}})}
         return [harness.pod(), harness.pod(containers=[probed])]
+
+
+def _rfc3339(value: str) -> float:
+    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()

@@ -142,6 +142,7 @@ class Environment:
                     _kill(pid)
             except ValueError:
                 pass
+        _unmount_below(self.work / "node")
         for sub in ("cp", "ctd", "node"):
             shutil.rmtree(self.work / sub, ignore_errors=True)
 
@@ -262,6 +263,17 @@ class Environment:
             self.cp.stop()
         except Exception as e:  # noqa: BLE001
             log(f"control plane stop: {e}")
+        # Volumes of pods the node had no time to tear down (an interrupted run) stay mounted
+        # under its root dir; a next run in this directory could not remove it otherwise.
+        _unmount_below(self.work / "node")
+
+
+def _unmount_below(path: Path) -> None:
+    from devenv.hostclean import unmount_all
+    try:
+        unmount_all(path)
+    except OSError as e:
+        log(f"unmounting below {path}: {e}")
 
 
 def _cmdline_has(pid: int, text: str) -> bool:

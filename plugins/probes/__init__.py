@@ -33,6 +33,9 @@ from plugins.probes.worker import PodProbes
 
 class ProbesStage(Observe):
     name: ClassVar[str] = "probes"
+    # Readiness keeps being probed while a pod terminates (endpoints must see it go unready);
+    # liveness and startup probes stop, so that no probe kills a container that is stopping.
+    through_termination: ClassVar[bool] = True
 
     async def observe(self, ctx: PodContext) -> None:
         probes = PodProbes(ctx)

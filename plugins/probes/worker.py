@@ -114,6 +114,8 @@ class PodProbes:
         group.follow(ctx, record)
         if state.on_hold:
             return  # killed by this probe; waiting for the next instance
+        if ctx.terminating and state.type is not ProbeType.READINESS:
+            return  # the kubelet stops liveness and startup probes of a terminating pod
         if not record.running:
             if state.type is ProbeType.READINESS and state.result is not Result.FAILURE:
                 state.result = Result.FAILURE

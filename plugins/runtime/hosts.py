@@ -27,8 +27,14 @@ class PodNameError(ValueError):
 
 
 def hostname_and_domain(pod: Pod, cluster_domain: str) -> tuple[str, str]:
-    """GeneratePodHostNameAndDomain: spec.hostname or the pod name (truncated to 63, without
-    a trailing '-' or '.'), and ``<subdomain>.<namespace>.svc.<clusterDomain>`` with a subdomain."""
+    """GeneratePodHostNameAndDomain: spec.hostnameOverride as it is (and no domain), else
+    spec.hostname or the pod name (truncated to 63, without a trailing '-' or '.'), and
+    ``<subdomain>.<namespace>.svc.<clusterDomain>`` with a subdomain."""
+    if pod.spec.hostname_override is not None:
+        override = pod.spec.hostname_override
+        if len(override) > HOSTNAME_MAX:
+            override = override[:HOSTNAME_MAX].rstrip("-.")
+        return override, ""
     hostname = pod.spec.hostname or pod.metadata.name
     if len(hostname) > HOSTNAME_MAX:
         hostname = hostname[:HOSTNAME_MAX].rstrip("-.")

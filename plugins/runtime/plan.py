@@ -97,11 +97,11 @@ def plan(pod: Pod, runtime: PodRuntime) -> Plan:
         if rec is None:
             # First start, or the sandbox was replaced: start it unless its last instance (in
             # the old sandbox) is done for good under the policy.
-            if should_restart(spec.restart_policy, runtime.latest(c.name)):
+            if should_restart(spec, c, runtime.latest(c.name)):
                 regular.append(step(c, "container"))
         elif rec.running:
             keep += 1
-        elif rec.state == "created" or (rec.exited and should_restart(spec.restart_policy, rec)):
+        elif rec.state == "created" or (rec.exited and should_restart(spec, c, rec)):
             regular.append(step(c, "container"))
     if keep == 0 and not regular:
         # Sidecars must not keep a finished pod alive: stop them, restart none.

@@ -85,7 +85,8 @@ def victim(pod: Pod, container_id: str, name: str, annotations: dict[str, str] |
 
 
 def _from_spec(pod: Pod, container_id: str, spec: Container) -> Victim:
-    sidecar = is_sidecar(spec)  # the model allows restartPolicy on init containers only
+    # A regular container may carry restartPolicy too (ContainerRestartRules): not a sidecar.
+    sidecar = is_sidecar(spec) and any(c.name == spec.name for c in pod.spec.init_containers)
     pre_stop = spec.lifecycle.pre_stop if spec.lifecycle else None
     return Victim(container_id, spec.name, sidecar=sidecar, pre_stop=pre_stop, ports=tuple(spec.ports))
 

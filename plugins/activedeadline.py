@@ -1,0 +1,58 @@
+"""spec.activeDeadlineSeconds: a pod active on the node longer than its deadline fails as a
+whole with the kubelet's reason DeadlineExceeded (pkg/kubelet/active_deadline.go).
+
+The deadline counts from the pod's start on this node (status.startTime: the API's copy when
+the pod already has one, e.g. after an agent restart, else when this stage first saw it run).
+The field may be set or lowered while the pod runs (the API allows both), so the stage looks
+at the latest spec at least every RECHECK_SECONDS."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from nodeagent.stages import AgentHandle, Observe, PodContext
+from nodeagent.stash import StashKey
+
+REASON = "DeadlineExceeded"
+MESSAGE = "Pod was active on the node longer than the specified deadline"
+RECHECK_SECONDS = 2.0
+_STARTED: StashKey[float] = StashKey("activedeadline.started")
+
+
+def _api_start_time(status: Mapping[str, Any]) -> float | None:
+    value = status.get("startTime")
+    if not isinstance(value, str):
+        return None
+    try:
+        return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+class ActiveDeadlineStage(Observe):
+    name: ClassVar[str] = "activedeadline"
+
+    async def observe(self, ctx: PodContext) -> None:
+        clock = ctx.clock
+        started = ctx.stash.setdefault(_STARTED, _api_start_time(ctx.pod.status) or clock.now())
+        while True:
+            deadline = ctx.pod.spec.active_deadline_seconds
+            if deadline is not None:
+                left = started + deadline - clock.now()
+                if left <= 0:
+                    ctx.fail(REASON, MESSAGE)
+                    return
+                await clock.sleep(min(left, RECHECK_SECONDS))
+            else:
+                await clock.sleep(RECHECK_SECONDS)
+
+
+def plugin(config: Mapping[str, Any], handle: AgentHandle) -> ActiveDeadlineStage:
+    if config:
+        raise TypeError(f"activedeadline takes no configuration, got {sorted(config)}")
+    return ActiveDeadlineStage()
+
+
+plugin.stage_class = ActiveDeadlineStage  # type: ignore[attr-defined]

@@ -1,0 +1,59 @@
+"""The single status writer: what reaches the sinks, whoever else reads the status."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from nodeagent.events import PodRef
+from nodeagent.lifecycle import PodState
+from nodeagent.model import Pod
+from nodeagent.status import StatusWriter
+
+pytestmark = pytest.mark.anyio
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.writes: list[dict[str, Any]] = []
+
+    async def write(self, ref: PodRef, status: Mapping[str, Any]) -> None:
+        self.writes.append(dict(status))
+
+    async def forget(self, ref: PodRef) -> None:
+        pass
+
+
+def _ready(status: Mapping[str, Any]) -> str:
+    return next(c["status"] for c in status["conditions"] if c["type"] == "Ready")
+
+
+async def test_a_change_seen_first_by_a_reader_still_reaches_the_sinks() -> None:
+    # A reader (the local /pods endpoint, the kubelet API, a stage) computing the status
+    # between a change and the flush must not make the writer think it was already sent.
+    sink = RecordingSink()
+    writer = StatusWriter([sink], host_ip="10.0.0.1")
+    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                              "spec": {"containers": [{"name": "c", "image": "i",
+                                                       "readinessProbe": {"exec": {"command": ["true"]}}}]}})
+    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.set_state("u1", PodState.RUNNING)
+    observed = {"phase": "Running", "containerStatuses": [
+        {"name": "c", "ready": True, "started": True, "restartCount": 0, "state": {"running": {}}}],
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                       {"type": "ContainersReady", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    reporter = writer.reporter("u1")
+    reporter.set_observed(observed)
+    reporter.container_probe_result("c", ready=False)
+    await writer.flush()
+    assert _ready(sink.writes[-1]) == "False"
+
+    reporter.container_probe_result("c", ready=True)
+    assert _ready(writer.get("u1")) == "True"  # a reader sees it first
+    await writer.flush()
+    assert _ready(sink.writes[-1]) == "True"
+    assert len(sink.writes) == 2
+    await writer.flush()  # nothing changed: nothing is written again
+    assert len(sink.writes) == 2

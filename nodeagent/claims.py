@@ -4,7 +4,8 @@ and the store that sources fill and the ``dra`` stage reads.
 The kubelet GETs a pod's ResourceClaims from the API server when it prepares them. Standalone,
 there is no API server and no scheduler: ResourceClaim manifests, with the allocation the
 scheduler would have written into their status, sit beside the pod manifests, and the static
-source keeps them here (in cluster mode an API source fills the same store). A store rather than
+source keeps them here (in cluster mode the dra stage GETs an API pod's claims itself, as the
+kubelet does: a node may get them but not list or watch them). A store rather than
 events on the bus, because preparation asks "what does claim ns/name say *now*?" — a lookup of
 the latest state, like the kubelet's GET — and a stage that starts later needs the whole set,
 not the changes it missed.

@@ -51,7 +51,11 @@ def test_generated_code_is_not_stale(tmp_path: Path) -> None:
 
 
 def test_wire_names_are_the_kubelets() -> None:
-    from plugins.dra._generated import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_v1_pb2
+    from plugins.dra._generated import (
+        dra_v1_pb2,
+        dra_v1beta1_pb2,
+        pluginregistration_v1_pb2,
+    )
 
     assert pluginregistration_v1_pb2.DESCRIPTOR.services_by_name["Registration"].full_name == \
         "pluginregistration.Registration"
@@ -276,3 +280,64 @@ def test_template_claims_are_found_through_the_pod_status() -> None:
     assert [c.uid for c in pod_claims(made, store, "node1")] == ["g"]
     none_needed = pod.model_copy(update={"status": {"resourceClaimStatuses": [{"name": "gpu"}]}})
     assert pod_claims(none_needed, store, "node1") == []
+
+
+def test_claims_from_the_api_follow_the_kubelets_strict_rules() -> None:
+    """A pod from the API server: the claim must be reserved for the pod's UID (a name is not
+    enough, nor is an empty reservedFor), and a claim made from a template must be the pod's."""
+    pod = Pod.model_validate({**POD, "metadata": {"name": "p", "uid": "pod-uid"}})
+    store = ClaimStore()
+
+    def claim(reserved: list[dict[str, str]], **meta: Any) -> None:
+        status = {**CLAIM["status"], "reservedFor": reserved}  # type: ignore[dict-item]
+        store.replace("api", [ResourceClaim.model_validate({**CLAIM, "status": status,
+                                                            "metadata": {"name": "c", "uid": "cu", **meta}})])
+
+    for reserved in ([], [{"resource": "pods", "name": "p"}], [{"resource": "pods", "name": "p", "uid": "other"}]):
+        claim(reserved)
+        with pytest.raises(ClaimNotReady, match=r"pod p \(pod-uid\) is not allowed to use ResourceClaim default/c"):
+            pod_claims(pod, store, "node1", from_api=True)
+    claim([{"resource": "pods", "name": "p", "uid": "pod-uid"}])
+    assert [c.uid for c in pod_claims(pod, store, "node1", from_api=True)] == ["cu"]
+
+    spec = {**POD["spec"], "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "tpl"}]}  # type: ignore[dict-item]
+    made = Pod.model_validate({**POD, "spec": spec, "metadata": {"name": "p", "uid": "pod-uid"},
+                               "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "c"}]}})
+    with pytest.raises(ClaimNotReady, match=r"ResourceClaim default/c \(cu\) was not created for pod p \(pod-uid\)"):
+        pod_claims(made, store, "node1", from_api=True)
+    claim([{"resource": "pods", "name": "p", "uid": "pod-uid"}],
+          ownerReferences=[{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid", "controller": True}])
+    assert [c.uid for c in pod_claims(made, store, "node1", from_api=True)] == ["cu"]
+
+
+@pytest.mark.anyio
+async def test_a_template_claim_missing_from_our_copy_of_the_pod_is_looked_up_in_its_status() -> None:
+    """The API source publishes spec changes only: when the agent's copy of the pod does not name
+    the claim made from a template, the pod's status is read again (and only then)."""
+    from lightkube.models.meta_v1 import ObjectMeta as ApiMeta
+    from lightkube.resources.core_v1 import Pod as ApiPod
+
+    from plugins.dra.apiclaims import with_claim_statuses
+
+    spec = {**POD["spec"], "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "tpl"}]}  # type: ignore[dict-item]
+    pod = Pod.model_validate({**POD, "spec": spec, "metadata": {"name": "p", "uid": "pod-uid"}})
+    reads: list[str] = []
+
+    class Api:
+        uid = "pod-uid"
+
+        async def get(self, kind: Any, name: str, namespace: str) -> Any:
+            reads.append(f"{namespace}/{name}")
+            fresh = ApiPod.from_dict({"metadata": {"name": name, "namespace": namespace, "uid": self.uid},
+                                      "status": {"resourceClaimStatuses": [{"name": "gpu",
+                                                                            "resourceClaimName": "p-gpu-x"}]}})
+            assert isinstance(fresh.metadata, ApiMeta)
+            return fresh
+
+    api = Api()
+    updated = await with_claim_statuses(api, pod)
+    assert reads == ["default/p"]
+    assert updated.status["resourceClaimStatuses"] == [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]
+    assert await with_claim_statuses(api, updated) is updated and reads == ["default/p"]  # named: no read
+    api.uid = "someone-else"  # re-created under the same name: not this pod's claims
+    assert await with_claim_statuses(api, pod) is pod

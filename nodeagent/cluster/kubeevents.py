@@ -50,6 +50,7 @@ _WAITING: dict[str, tuple[str, str, str]] = {
     "CreateContainerConfigError": (WARNING, "Failed", "Error: {message}"),
     "CreateContainerError": (WARNING, "Failed", "Error: {message}"),
     "RunContainerError": (WARNING, "Failed", "Error: {message}"),
+    "FailedPrepareDynamicResources": (WARNING, "FailedPrepareDynamicResources", "{message}"),  # plugins/dra
 }
 
 

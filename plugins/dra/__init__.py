@@ -1,11 +1,12 @@
 """The dra stage: Dynamic Resource Allocation devices for pods, as the kubelet's DRA manager.
 
-prepare (before volumes and the sandbox): the pod's ResourceClaims must be allocated (and
-reserved for the pod when the claim says so); their drivers must be registered; each driver gets
-one NodePrepareResources for the pod's claims it serves (45 s timeout); the CDI device ids come
-back per claim and request, and each container naming a claim in resources.claims gets them —
-in ContainerConfig.CDI_devices, and, for runtimes that do not resolve CDI (containerd 1.6), as
-the devices, mounts and environment the CDI spec files describe. Anything missing or failing is
+prepare (before volumes and the sandbox): the pod's ResourceClaims (read from the API server for
+a pod from the API server, plugins/dra/apiclaims.py; from the manifests beside a static pod) must
+be allocated and reserved for the pod (plugins/dra/claims.py); their drivers must be registered;
+each driver gets one NodePrepareResources for the pod's claims it serves (45 s timeout); the CDI
+device ids come back per claim and request, and each container naming a claim in
+resources.claims gets them — in ContainerConfig.CDI_devices, and, for runtimes that do not
+resolve CDI (containerd 1.6), as the devices, mounts and environment the CDI spec files describe. Anything missing or failing is
 a RETRY with reason FailedPrepareDynamicResources and the kubelet's message, shown as the pod's
 reason while it waits; only this pod waits.
 
@@ -18,7 +19,9 @@ running pods use.
 The stage's node-level task (:meth:`DraStage.run`, started by the agent) registers drivers
 (plugins/dra/registration.py) and, every ``reconcilePeriodSeconds``, unprepares claims left
 behind: those of pods that disappeared while the agent was down, and those whose unprepare
-failed (driver not registered at the time).
+failed (driver not registered at the time). In cluster mode it also keeps the node's
+ResourceSlices honest (plugins/dra/slices.py): stale ones go at start, a vanished driver's after
+``sliceWipeDelaySeconds``.
 """
 
 from __future__ import annotations
@@ -36,13 +39,22 @@ from pydantic.alias_generators import to_camel
 from cri import CriError
 from nodeagent import labels as L
 from nodeagent.claims import ClaimStore
+from nodeagent.events import Event
 from nodeagent.stages import AgentHandle, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
-from plugins.dra import api, containers
+from plugins.dra import api, apiclaims, containers
 from plugins.dra.cdi import CdiError, CdiSpecs
 from plugins.dra.claims import ClaimNotReady, PodClaim, pod_claims
-from plugins.dra.events import CdiEditsSkipped, DevicesPrepared, DevicesUnprepared, DraCheckpointDiscarded
+from plugins.dra.events import (
+    CdiEditsSkipped,
+    DevicesPrepared,
+    DevicesUnprepared,
+    DraCheckpointDiscarded,
+    DraDriverDeregistered,
+    DraDriverRegistered,
+)
 from plugins.dra.registration import Drivers, PluginWatcher
+from plugins.dra.slices import WIPE_DELAY_SECONDS, SliceWiper
 from plugins.dra.state import CheckpointError, ClaimCache, ClaimEntry
 
 log = structlog.get_logger("nodeagent.dra")
@@ -63,6 +75,9 @@ class DraConfig(BaseModel):
     call_timeout_seconds: float = Field(default=api.CALL_TIMEOUT_SECONDS, gt=0)
     reconcile_period_seconds: float = Field(default=60.0, gt=0)
     """How often claims nobody uses are unprepared (the kubelet's defaultReconcilePeriod)."""
+    slice_wipe_delay_seconds: float = Field(default=WIPE_DELAY_SECONDS, ge=0)
+    """Cluster mode: how long after a driver's deregistration its ResourceSlices of the node are
+    deleted, unless it registers again (the kubelet's 30 s)."""
     resolve_cdi: Literal["auto", "always", "never"] = "auto"
     """Turn CDI specs into CRI devices/mounts/env ourselves: ``auto`` does unless the runtime
     is containerd 2 or later, which resolves CDI_devices itself (doing both would apply twice)."""
@@ -75,7 +90,10 @@ class DraStage(Prepare):
         settings = handle.settings
         self.config = config
         self.drivers = Drivers()
-        self.watcher = PluginWatcher(Path(settings.plugins_registry_dir), self.drivers, handle.publish,
+        api_client = getattr(handle, "api", None)
+        self.slices = (SliceWiper(api_client, handle.node.name, config.slice_wipe_delay_seconds)
+                       if api_client is not None else None)
+        self.watcher = PluginWatcher(Path(settings.plugins_registry_dir), self.drivers, self._registration,
                                      poll_seconds=config.poll_seconds, health_seconds=config.health_check_seconds,
                                      call_timeout=config.call_timeout_seconds)
         self.cache = ClaimCache(Path(settings.dra_checkpoint_path))
@@ -91,12 +109,25 @@ class DraStage(Prepare):
     # --- node level ---------------------------------------------------------------------
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The node-level task: plugin registration and the reconcile loop."""
+        """The node-level task: plugin registration, the reconcile loop and (cluster mode) the
+        node's ResourceSlice housekeeping."""
         await self._ensure_loaded()
         async with anyio.create_task_group() as tg:
+            if self.slices is not None:
+                await tg.start(self.slices.run)
             await tg.start(self.watcher.run)
             tg.start_soon(self._reconcile_loop)
             task_status.started()
+
+    async def _registration(self, event: Event) -> None:
+        """What the plugin watcher reports goes on the bus; in cluster mode it also schedules
+        (or calls off) the wipe of a deregistered driver's ResourceSlices."""
+        if self.slices is not None:
+            if isinstance(event, DraDriverRegistered):
+                self.slices.registered(event.driver)
+            elif isinstance(event, DraDriverDeregistered) and self.drivers.get(event.driver) is None:
+                self.slices.deregistered(event.driver)
+        await self._handle.publish(event)
 
     def describe(self) -> dict[str, Any]:
         """For the agent's /plugins: registered drivers and prepared claims."""
@@ -154,7 +185,7 @@ class DraStage(Prepare):
             containers.withdraw(ctx.stash)
             return Result.skip()
         try:
-            claims = pod_claims(pod, self.claims, ctx.node.name)
+            claims = await self._pod_claims(ctx)
         except ClaimNotReady as exc:
             return self._waiting(ctx, str(exc))
         # A claim a running pod adopts after an agent restart needs no driver call, hence no driver.
@@ -190,6 +221,15 @@ class DraStage(Prepare):
         if ctx.stash.pop(_WAITING, None) is not None:
             ctx.status.set_pod_reason("", "")
         return Result.ok()
+
+    async def _pod_claims(self, ctx: PodContext) -> list[PodClaim]:
+        """The pod's claims, checked: a pod from the API server has them read from the API server
+        now (the kubelet's rules); a static pod from the manifests beside it."""
+        pod = ctx.pod
+        if ctx.api is None or pod.metadata.annotations.get(L.CONFIG_SOURCE) == "file":
+            return pod_claims(pod, self.claims, ctx.node.name)
+        pod = await apiclaims.with_claim_statuses(ctx.api, pod)
+        return pod_claims(pod, await apiclaims.fetch(ctx.api, pod), ctx.node.name, from_api=True)
 
     async def _prepare_locked(self, ctx: PodContext, claims: list[PodClaim],
                               check_cdi: bool) -> tuple[list[str], bool]:

@@ -1,12 +1,26 @@
 """Which ResourceClaims a pod needs, and whether it may use them now (the kubelet's checks in
-pkg/kubelet/cm/dra/manager.go prepareResources, with its messages)."""
+pkg/kubelet/cm/dra/manager.go prepareResources, with its messages).
+
+Two sets of rules: a pod from the API server (cluster mode) gets the kubelet's, strictly — the
+claim must list the pod's UID in ``reservedFor`` (the scheduler reserved it), and a claim made
+from a template must be owned by the pod. A static pod's claims are manifests nobody reserved
+for a UID the writer could not know, so they are checked loosely (see :func:`_reserved_for`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from nodeagent.claims import ClaimStore, ResourceClaim
+from nodeagent.claims import ResourceClaim
 from nodeagent.model import Pod
+
+
+class ClaimLookup(Protocol):
+    """Where claims are looked up: the claim store (manifests), or what was just read from the
+    API server for this pod."""
+
+    def get(self, namespace: str, name: str) -> ResourceClaim | None: ...
 
 
 class ClaimNotReady(Exception):
@@ -44,26 +58,53 @@ def claim_name(pod: Pod, entry_name: str) -> str | None:
                         "status.resourceClaimStatuses has no entry for it")
 
 
-def pod_claims(pod: Pod, store: ClaimStore, node_name: str) -> list[PodClaim]:
-    """The pod's claims, each allocated and (when its reservedFor says anything) reserved for the
-    pod; raises ClaimNotReady with the kubelet's message otherwise."""
-    namespace = pod.metadata.namespace
+def claim_names(pod: Pod) -> list[tuple[str, str]]:
+    """(entry name, ResourceClaim name) for each entry of spec.resourceClaims that needs a claim."""
     found = []
     for entry in pod.spec.resource_claims:
         name = claim_name(pod, entry.name)
-        if name is None:
-            continue
+        if name is not None:
+            found.append((entry.name, name))
+    return found
+
+
+def pod_claims(pod: Pod, store: ClaimLookup, node_name: str, *, from_api: bool = False) -> list[PodClaim]:
+    """The pod's claims, each allocated and reserved for the pod (``from_api``: strictly, by UID;
+    otherwise only when its reservedFor says anything); raises ClaimNotReady with the kubelet's
+    message otherwise."""
+    namespace = pod.metadata.namespace
+    found = []
+    for entry_name, name in claim_names(pod):
         claim = store.get(namespace, name)
         if claim is None:
-            raise ClaimNotReady(f"failed to fetch ResourceClaim {namespace}/{name}: not found "
-                                "(standalone: put a ResourceClaim manifest with its allocation in staticPodPath)")
+            where = ("" if from_api else
+                     " (standalone: put a ResourceClaim manifest with its allocation in staticPodPath)")
+            raise ClaimNotReady(f"failed to fetch ResourceClaim {namespace}/{name}: not found{where}")
+        entry = next(c for c in pod.spec.resource_claims if c.name == entry_name)
+        if from_api and entry.resource_claim_name is None and not _owned_by(claim, pod):
+            # A claim of the template's name that the controller did not make for this pod
+            # (a leftover, or someone else's): using it would hand this pod another's devices.
+            raise ClaimNotReady(f"ResourceClaim {namespace}/{name} ({claim.metadata.uid}) was not created for "
+                                f"pod {pod.metadata.name} ({pod.uid})")
         if claim.status.allocation is None:
             raise ClaimNotReady(f"claim {namespace}/{name}: not allocated")
-        if claim.status.reserved_for and not _reserved_for(claim, pod, node_name):
+        reserved = (_reserved_by_uid(claim, pod) if from_api
+                    else not claim.status.reserved_for or _reserved_for(claim, pod, node_name))
+        if not reserved:
             raise ClaimNotReady(f"pod {pod.metadata.name} ({pod.uid}) is not allowed to use ResourceClaim "
                                 f"{namespace}/{name} ({claim.metadata.uid})")
-        found.append(PodClaim(entry.name, claim))
+        found.append(PodClaim(entry_name, claim))
     return found
+
+
+def _owned_by(claim: ResourceClaim, pod: Pod) -> bool:
+    return any(ref.get("uid") == pod.uid and ref.get("controller") is True and ref.get("kind") == "Pod"
+               for ref in claim.metadata.owner_references)
+
+
+def _reserved_by_uid(claim: ResourceClaim, pod: Pod) -> bool:
+    return any(ref.resource == "pods" and ref.api_group in ("", "core") and ref.uid == pod.uid
+               for ref in claim.status.reserved_for)
 
 
 def _reserved_for(claim: ResourceClaim, pod: Pod, node_name: str) -> bool:

@@ -20,6 +20,10 @@ allocation's kubeletplugin helper and the upstream dra-example-driver do):
   device ids. Repeated calls answer the same (idempotent);
 * on **NodeUnprepareResources** removes the spec and the info directory (idempotent too).
 
+In a cluster (``--kubeconfig``, ``--node-name``; plugins/fakegpu/cluster.py) it also publishes a
+ResourceSlice of its devices for the node, so that the real scheduler can allocate them, and
+reads each claim's allocation from the API server instead of the manifests.
+
 What is prepared lives on disk (the specs), so a restarted driver answers as before. ``fail``
 (``--fail`` or the attribute) makes it misbehave for tests: ``prepare`` (a per-claim error),
 ``prepare-rpc`` (the whole call fails), ``unprepare`` (a per-claim error on unprepare).
@@ -49,6 +53,7 @@ from plugins.dra._generated import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
+from plugins.fakegpu.cluster import SlicePublisher, allocation
 
 log = structlog.get_logger("fakegpu")
 
@@ -86,6 +91,11 @@ class FakeGpuDriver:
     """Test hook: awaited with the claim UIDs at the start of each NodeUnprepareResources."""
     call_log: Path | None = None
     """Append each DRA call as a JSON line here (for tests that run the driver as a process)."""
+    api: Any = None
+    """Cluster mode (a lightkube AsyncClient, e.g. on the node's kubeconfig): publish a
+    ResourceSlice for ``node_name`` and read claims' allocations from the API server."""
+    node_name: str | None = None
+    """The node this driver serves: the ResourceSlice's node and pool (default: the hostname)."""
 
     def record(self, call: Call) -> None:
         self.calls.append(call)
@@ -129,9 +139,13 @@ class FakeGpuDriver:
         await registration.start()
         log.info("fake GPU driver serving", driver=self.driver_name, registration=str(self.registration_socket),
                  endpoint=str(self.endpoint), devices=self.devices)
-        task_status.started()
         try:
-            await anyio.sleep_forever()
+            async with anyio.create_task_group() as tg:
+                if self.api is not None:
+                    # Not awaited: the Node may not be registered yet; the publisher retries.
+                    tg.start_soon(SlicePublisher(self.api, self.driver_name, self.pool, self.devices).run)
+                task_status.started()
+                await anyio.sleep_forever()
         finally:
             with anyio.CancelScope(shield=True):
                 await registration.stop(None)
@@ -154,11 +168,14 @@ class FakeGpuDriver:
 
     # --- DRA ------------------------------------------------------------------------------
 
-    def prepare(self, namespace: str, uid: str, name: str) -> tuple[list[dict[str, Any]], str]:
-        """(devices, error) for one claim; idempotent."""
+    def prepare(self, namespace: str, uid: str, name: str,
+                allocated: list[tuple[str, str]] | None = None) -> tuple[list[dict[str, Any]], str]:
+        """(devices, error) for one claim; idempotent. ``allocated``: the (device, request) pairs
+        read from the API server; None: from the claim manifests."""
         if self.fail == "prepare":
             return [], f"fake failure preparing {namespace}/{name} (fail mode {self.fail})"
-        allocated = self._allocation(namespace, name, uid)
+        if allocated is None:
+            allocated = self._allocation(namespace, name, uid)
         unknown = [d for d, _ in allocated if _device_index(d, self.devices) is None]
         if unknown:
             return [], f"devices {unknown} are not managed by driver {self.driver_name}"
@@ -199,7 +216,7 @@ class FakeGpuDriver:
 
     @property
     def pool(self) -> str:
-        return os.uname().nodename
+        return self.node_name or os.uname().nodename
 
     def _allocation(self, namespace: str, name: str, uid: str) -> list[tuple[str, str]]:
         """(device, request) pairs allocated to the claim for this driver."""
@@ -278,7 +295,15 @@ class _Dra:
             await context.abort(grpc.StatusCode.INTERNAL, "fake failure (fail mode prepare-rpc)")
         response = self.pb2.NodePrepareResourcesResponse()
         for claim in request.claims:
-            devices, error = await anyio.to_thread.run_sync(driver.prepare, claim.namespace, claim.uid, claim.name)
+            allocated: list[tuple[str, str]] | None = None
+            if driver.api is not None:
+                allocated, error = await allocation(driver.api, claim.namespace, claim.name, claim.uid,
+                                                    driver.driver_name, driver.pool)
+                if error:
+                    response.claims[claim.uid].error = error
+                    continue
+            devices, error = await anyio.to_thread.run_sync(driver.prepare, claim.namespace, claim.uid, claim.name,
+                                                            allocated)
             entry = response.claims[claim.uid]
             entry.error = error
             for d in devices:

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 
 from nodeagent import logs
+from nodeagent.apiclient import make_api_client
 from plugins.fakegpu import DRIVER_NAME, FakeGpuDriver
 
 
@@ -31,20 +32,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail", choices=["none", "prepare", "prepare-rpc", "unprepare"], default="none",
                         help="misbehave on purpose (for tests)")
     parser.add_argument("--call-log", type=Path, default=None, help="append each DRA call here as a JSON line")
+    parser.add_argument("--kubeconfig", type=Path, default=None,
+                        help="cluster mode: publish a ResourceSlice and read claims from this API server "
+                             "(the node's kubeconfig is enough)")
+    parser.add_argument("--node-name", default=None, help="the node (and pool) the driver serves (default: hostname)")
     args = parser.parse_args(argv)
     logs.configure("console", logging.INFO)
     driver = FakeGpuDriver(
         registry_dir=args.registry_dir, plugin_dir=args.plugin_dir or Path("/var/lib/kubelet/plugins") / args.driver_name,
         cdi_dir=args.cdi_dir, driver_name=args.driver_name, devices=args.devices, claims_dir=args.claims_dir,
-        services=[s for s in args.services.split(",") if s], fail=args.fail, call_log=args.call_log)
+        services=[s for s in args.services.split(",") if s], fail=args.fail, call_log=args.call_log,
+        node_name=args.node_name)
 
     async def serve() -> None:
-        async with anyio.create_task_group() as tg:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                tg.start_soon(driver.run)
-                async for _ in signals:
-                    tg.cancel_scope.cancel()
-                    break
+        if args.kubeconfig is not None:
+            driver.api = make_api_client(args.kubeconfig, field_manager="fakegpu")
+        try:
+            async with anyio.create_task_group() as tg:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    tg.start_soon(driver.run)
+                    async for _ in signals:
+                        tg.cancel_scope.cancel()
+                        break
+        finally:
+            if driver.api is not None:
+                with anyio.CancelScope(shield=True):
+                    await driver.api.close()
 
     anyio.run(serve)
     return 0

@@ -1,0 +1,85 @@
+"""The ResourceClaims of a pod from the API server (cluster mode), read when the pod is prepared.
+
+The kubelet GETs each claim from the API server in prepareResources, every time, rather than
+watching: the node's credentials may not list or watch ResourceClaims at all. The Node authorizer
+allows a node to ``get`` exactly the claims referenced by pods bound to it (by
+``spec.resourceClaims[].resourceClaimName``, or through ``status.resourceClaimStatuses`` for
+claims made from templates); everything else is forbidden. So: one GET per claim per attempt, and
+nothing is cached — a retry must see the allocation and reservation the scheduler wrote since.
+
+Claims made from a ResourceClaimTemplate are named in the pod's status by the controller-manager.
+The pod object a worker holds is the one the API source last published, and the source publishes
+spec changes only; when that copy does not name the claim yet, the pod's status is read again
+here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightkube import ApiError
+from lightkube.resources.core_v1 import Pod as ApiPod
+from lightkube.resources.resource_v1 import ResourceClaim as ApiResourceClaim
+
+from nodeagent.claims import ResourceClaim
+from nodeagent.model import Pod
+from plugins.dra.claims import ClaimNotReady, claim_name, claim_names
+
+
+class FetchedClaims:
+    """What one read found: claims by (namespace, name); a name not here was not found."""
+
+    def __init__(self, claims: dict[tuple[str, str], ResourceClaim]) -> None:
+        self._claims = claims
+
+    def get(self, namespace: str, name: str) -> ResourceClaim | None:
+        return self._claims.get((namespace, name))
+
+
+async def with_claim_statuses(api: Any, pod: Pod) -> Pod:
+    """``pod``, with the status the API server has now if ours does not yet name every claim
+    made from a template (the status changed after the spec we were given)."""
+    try:
+        for entry in pod.spec.resource_claims:
+            claim_name(pod, entry.name)
+        return pod
+    except ClaimNotReady:
+        pass
+    try:
+        fresh = await api.get(ApiPod, pod.metadata.name, namespace=pod.metadata.namespace)
+    except ApiError as exc:
+        raise ClaimNotReady(f"cannot read pod {pod.metadata.namespace}/{pod.metadata.name}: {_say(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - transport errors: the pod waits and retries
+        raise ClaimNotReady(f"cannot read pod {pod.metadata.namespace}/{pod.metadata.name}: "
+                            f"{type(exc).__name__}: {exc}") from None
+    if fresh.metadata is None or fresh.metadata.uid != pod.uid:
+        return pod  # re-created under the same name: the old pod's worker must not take its claims
+    status = (fresh.to_dict().get("status") or {})
+    return pod.model_copy(update={"status": {**pod.status, "resourceClaimStatuses":
+                                             status.get("resourceClaimStatuses") or []}})
+
+
+async def fetch(api: Any, pod: Pod) -> FetchedClaims:
+    """GET each claim the pod names. Not found is left to the checks (their message); any other
+    failure (forbidden, the API server away) is a ClaimNotReady: the pod waits and retries."""
+    namespace = pod.metadata.namespace
+    found: dict[tuple[str, str], ResourceClaim] = {}
+    for _, name in claim_names(pod):
+        try:
+            obj = await api.get(ApiResourceClaim, name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                continue
+            raise ClaimNotReady(f"failed to fetch ResourceClaim {namespace}/{name}: {_say(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - transport errors: the pod waits and retries
+            raise ClaimNotReady(f"failed to fetch ResourceClaim {namespace}/{name}: "
+                                f"{type(exc).__name__}: {exc}") from None
+        found[(namespace, name)] = ResourceClaim.model_validate(obj.to_dict())
+    return FetchedClaims(found)
+
+
+def _say(exc: ApiError) -> str:
+    return f"{exc.status.code} {exc.status.reason or ''}: {exc.status.message or exc}".replace("  ", " ")
+
+
+__all__ = ["FetchedClaims", "fetch", "with_claim_statuses"]

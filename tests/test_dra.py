@@ -178,7 +178,9 @@ async def test_shared_claim_is_prepared_once_and_unprepared_after_its_last_pod(
 
         env.remove("b.yaml")
         await calls(driver, UNPREPARE, 1, uid)
-        assert driver.prepared() == [] and checkpoint(env).entries == {}
+        # The checkpoint is written once the driver's answer is back: a moment after the call.
+        await wait_for(lambda: _true(checkpoint(env).entries == {}), 10, "the claim gone from the checkpoint")
+        assert driver.prepared() == []
 
 
 async def test_unprepare_waits_until_every_container_of_the_pod_stopped(

@@ -268,6 +268,11 @@ class Agent:
 
         self.metrics.gauges["kubelet_running_pods"] = running
         self.metrics.gauges["nodeagent_bus_queue_depth"] = depth
+        # A stage's own series (the gang stage's nodeagent_gang_*), rendered by the stage.
+        for stage in (self.pipeline.stages.values() if self.pipeline else ()):
+            render = getattr(stage, "render_metrics", None)
+            if callable(render):
+                self.metrics.collectors.append(render)
 
     async def _eventlog(self, inbox: MemoryObjectReceiveStream[ev.Event]) -> None:
         elog = structlog.get_logger("nodeagent.events")

@@ -2,7 +2,8 @@
 
 Names are the kubelet's where the meaning is the same (kubelet_running_pods,
 kubelet_pod_start_duration_seconds, kubelet_pleg_relist_duration_seconds, ...); what only
-nodeagent has is nodeagent_* (per-stage durations, bus queue depth).
+nodeagent has is nodeagent_* (per-stage durations, bus queue depth; a stage's own series, such as
+the gang stage's nodeagent_gang_*, come from its ``render_metrics``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class Metrics:
                                ("stage", "phase"))
         self.counters: dict[str, int] = defaultdict(int)
         self.gauges: dict[str, Callable[[], float | dict[str, float]]] = {}
+        self.collectors: list[Callable[[], str]] = []
+        """Series rendered by others in the text format (stages' ``render_metrics``, e.g. the gang
+        stage's nodeagent_gang_*), appended as they are."""
 
     async def run(self, inbox: MemoryObjectReceiveStream[ev.Event]) -> None:
         async with inbox:
@@ -77,4 +81,7 @@ class Metrics:
             lines.append(f'nodeagent_events_total{{kind="{kind}"}} {count}')
         for hist in (self.pod_start, self.relist, self.stage):
             lines.extend(hist.render())
-        return "\n".join(lines) + "\n"
+        text = "\n".join(lines) + "\n"
+        for collect in self.collectors:
+            text += collect()
+        return text

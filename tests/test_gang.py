@@ -8,6 +8,8 @@ agent's own bookkeeping says.
 
 from __future__ import annotations
 
+import socket
+import urllib.request
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -221,7 +223,8 @@ async def test_a_member_that_cannot_be_admitted_aborts_the_gang_and_nothing_star
 
 
 async def test_timeout_fails_and_releases_a_gang_that_never_assembles(containerd: Any, tmp_path: Path) -> None:
-    async with running_agent(containerd, tmp_path) as env, monitored(env) as monitor:
+    port = _free_port()
+    async with running_agent(containerd, tmp_path, healthz_port=port) as env, monitored(env) as monitor:
         present = ["t1", "t2", "t3"]  # of 4
         for name in present:
             env.write(f"{name}.yaml", member(name, "short", 4, timeout=3))
@@ -248,6 +251,25 @@ async def test_timeout_fails_and_releases_a_gang_that_never_assembles(containerd
         stage = gang_stage(env)
         assert stage.metrics.decisions["timeout"] == 1
         assert stage.metrics.partial_starts == 0
+        # The stage's series on the agent's /metrics.
+        metrics = await anyio.to_thread.run_sync(_metrics, port)
+        assert 'nodeagent_gang_decisions_total{result="timeout"} 1' in metrics
+        assert "nodeagent_gang_partial_start_total 0" in metrics
+        assert 'nodeagent_gang_device_hold_seconds_count{result="timeout"} 3' in metrics
+        assert 'nodeagent_gang_barrier_wait_seconds_count{result="timeout"} 3' in metrics
+        assert "nodeagent_gang_release_seconds_count 3" in metrics
+        assert "nodeagent_gang_waiting_members 0" in metrics
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        return str(resp.read().decode())
 
 
 async def test_a_kubernetes_scheduling_group_with_its_podgroup_beside_the_pods(containerd: Any, tmp_path: Path) -> None:

@@ -163,6 +163,7 @@ NODE = NodeInfo(name="n1", ip="10.0.0.1", allocatable={"cpu": 4000, "memory": 8 
 class FakeStatus:
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
     conditions: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    messages: dict[str, str] = field(default_factory=dict)
 
     def container_waiting(self, container: str, reason: str, message: str = "") -> None:
         self.waiting[container] = (reason, message)
@@ -172,6 +173,7 @@ class FakeStatus:
 
     def set_condition(self, type: str, status: bool, reason: str = "", message: str = "") -> None:
         self.conditions[type] = (status, reason)
+        self.messages[type] = message
 
 
 @dataclass
@@ -198,6 +200,7 @@ class FakeHandle:
     # Wall time 2026-01-02T03:05:00Z, so that the pods' creation times below compare with it.
     clock: ManualClock = field(default_factory=lambda: ManualClock(start=1767323100.0))
     events: list[Event] = field(default_factory=list)
+    node: NodeInfo = NODE
 
     async def publish(self, event: Event) -> None:
         self.events.append(event)
@@ -363,3 +366,322 @@ async def test_a_partial_start_is_counted_from_runtime_evidence() -> None:
     assert (await gang.permit(ctx)).verdict is Verdict.REJECT  # type: ignore[arg-type]
     assert gang.metrics.partial_starts == 1
     assert "nodeagent_gang_partial_start_total 1" in gang.metrics.render()
+
+
+# --- across nodes: the coordinator protocol over a simulated API --------------------------------
+#
+# Several stages (one per node), each with its own ClusterView, share one simulated API: `sync()`
+# turns each pod's reported conditions (FakeStatus) and phase into an API object and feeds every
+# view, as the status sink and the watches do. Nothing reaches a view before sync(): a write is
+# visible only once it went through the API.
+
+T0 = "2026-01-02T03:04:05Z"  # the members' creation time (before the handles' clock)
+
+
+@dataclass
+class Member:
+    pod: Pod
+    node: str
+    ctx: FakeContext
+    phase: str = "Pending"
+    reason: str = ""
+    message: str = ""
+    deleting: bool = False
+
+
+class Cluster:
+    def __init__(self, *nodes: str, **config: Any) -> None:
+        from plugins.gang.view import ClusterView
+
+        self.clock = ManualClock(start=1767323100.0)
+        self.stages: dict[str, GangStage] = {}
+        self.handles: dict[str, FakeHandle] = {}
+        for node in nodes:
+            handle = FakeHandle(clock=self.clock, node=NodeInfo(name=node, ip="10.0.0.1",
+                                                                allocatable=NODE.allocatable))
+            view = ClusterView(None, NoCatalog())
+            self.stages[node] = GangStage(GangConfig.model_validate({"graceSeconds": 10, **config}), handle,  # type: ignore[arg-type]
+                                          view=view)
+            self.handles[node] = handle
+        self.members: dict[str, Member] = {}
+        self.gone: set[str] = set()
+
+    def pod(self, name: str, node: str, min_member: int, created: str = T0, **kwargs: Any) -> Member:
+        member = Member(pod(name, annotations=ours("g", min_member, kwargs.pop("timeout", 60)), created=created,
+                            **kwargs), node, FakeContext(pod(name)))
+        member.ctx = FakeContext(member.pod)
+        self.members[name] = member
+        return member
+
+    def obj(self, m: Member) -> dict[str, Any]:
+        conditions = [{"type": t, "status": "True" if v else "False", "reason": r,
+                       "message": m.ctx.status.messages.get(t, ""), "lastTransitionTime": _stamp(self.clock.now())}
+                      for t, (v, r) in m.ctx.status.conditions.items()]
+        data = m.pod.model_dump(by_alias=True, exclude_none=True)
+        data["spec"]["nodeName"] = m.node
+        if m.deleting:
+            data["metadata"]["deletionTimestamp"] = _stamp(self.clock.now())
+        data["status"] = {"phase": m.phase, "reason": m.reason, "message": m.message, "conditions": conditions}
+        return data
+
+    async def sync(self) -> None:
+        for stage in self.stages.values():
+            assert stage.view is not None
+            for name, m in self.members.items():
+                await stage.view.apply("ns", self.obj(m), deleted=name in self.gone)
+
+    async def admit(self, name: str) -> Verdict:
+        m = self.members[name]
+        stage = self.stages[m.node]
+        result = await stage.admit(m.pod, NodeView(NODE, []))
+        if result.verdict is Verdict.REJECT:
+            m.phase, m.reason, m.message = "Failed", result.reason, f"Pod was rejected: {result.message}"
+            return result.verdict
+        return (await stage.reserve(m.pod, NodeView(NODE, []))).verdict
+
+    async def permit(self, name: str) -> Any:
+        m = self.members[name]
+        result = await self.stages[m.node].permit(m.ctx)  # type: ignore[arg-type]
+        if result.verdict is Verdict.REJECT:
+            m.phase, m.reason, m.message = "Failed", result.reason, result.message
+        return result
+
+    def committed_on(self) -> dict[str, tuple[bool, str]]:
+        return {n: m.ctx.status.conditions["gang.nodeagent.io/StartCommitted"] for n, m in self.members.items()
+                if "gang.nodeagent.io/StartCommitted" in m.ctx.status.conditions}
+
+
+def _stamp(seconds: float) -> str:
+    import time as _time
+    return _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(seconds))
+
+
+async def test_across_nodes_the_coordinator_commits_when_it_sees_every_vote_and_all_follow_its_record() -> None:
+    c = Cluster("a", "b")
+    for name, node in (("m0", "a"), ("m1", "a"), ("m2", "b")):
+        c.pod(name, node, 3)
+        assert await c.admit(name) is Verdict.CONTINUE
+    await c.sync()
+    for name in ("m0", "m1"):
+        result = await c.permit(name)
+        assert result.verdict is Verdict.WAIT and result.reason == "WaitingForGang"
+    await c.sync()
+    assert c.committed_on() == {}
+    # The last vote: only written, not seen yet; nobody decides on what it cannot see.
+    assert (await c.permit("m2")).verdict is Verdict.WAIT
+    assert c.committed_on() == {}
+    vote = c.members["m2"].ctx.status
+    assert vote.conditions["gang.nodeagent.io/Prepared"] == (True, "WaitingForGang")
+    assert "counts until 2026-01-02T03:06:00Z" in vote.messages["gang.nodeagent.io/Prepared"]
+    await c.sync()
+    # The coordinator (smallest name, m0, on node a) wrote the record on its own pod; it starts
+    # nothing until the API shows the record.
+    assert c.committed_on() == {"m0": (True, "GangQuorumReached")}
+    assert "3 of 3 members prepared (m0, m1, m2)" in c.members["m0"].ctx.status.messages[
+        "gang.nodeagent.io/StartCommitted"]
+    assert (await c.permit("m0")).verdict is Verdict.WAIT
+    assert c.stages["a"].metrics.records == {"commit": 1}
+    await c.sync()
+    for name in ("m0", "m1", "m2"):
+        assert c.members[name].ctx.woken >= 1
+        assert (await c.permit(name)).verdict is Verdict.CONTINUE
+    assert c.committed_on() == {"m0": (True, "GangQuorumReached")}  # the one record
+    assert c.members["m2"].ctx.status.conditions["gang.nodeagent.io/Prepared"] == (True, "GangCommitted")
+    assert c.stages["b"].metrics.decisions == {"commit": 1} and c.stages["b"].metrics.records == {}
+    recorded = [e for e in c.handles["a"].events if e.kind == "GangDecisionRecorded"]
+    assert [(e.committed, e.votes) for e in recorded] == [(True, 3)]  # type: ignore[attr-defined]
+    # Once satisfied: a member created later, on a third node, joins at once.
+    late = c.pod("m9", "b", 3, created="2026-01-02T03:04:50Z")
+    await c.sync()
+    assert await c.admit("m9") is Verdict.CONTINUE
+    assert (await c.permit("m9")).verdict is Verdict.CONTINUE
+    assert [e.joined_after_commit for e in late.ctx.events if e.kind == "GangCommitted"] == [True]  # type: ignore[attr-defined]
+
+
+async def test_across_nodes_a_member_that_fails_on_its_node_makes_the_coordinator_abort_for_all() -> None:
+    c = Cluster("a", "b")
+    c.pod("m0", "a", 3)
+    c.pod("m1", "a", 3)
+    c.pod("m2", "b", 3, cpu="100")
+    for name in ("m0", "m1"):
+        assert await c.admit(name) is Verdict.CONTINUE
+    await c.sync()
+    for name in ("m0", "m1"):
+        assert (await c.permit(name)).verdict is Verdict.WAIT
+    # Node b cannot admit m2. It fails m2 only: it cannot know whether a commit already counted
+    # its other members; the coordinator decides.
+    assert await c.admit("m2") is Verdict.REJECT
+    assert c.members["m2"].reason == "GangLocalAdmissionFailed" and "OutOfcpu" in c.members["m2"].message
+    await c.sync()
+    assert c.committed_on() == {"m0": (False, "GangAborted")}
+    message = c.members["m0"].ctx.status.messages["gang.nodeagent.io/StartCommitted"]
+    assert "member ns/m2 failed on node b" in message and "OutOfcpu" in message
+    for name in ("m0", "m1"):
+        result = await c.permit(name)
+        assert result.verdict is Verdict.REJECT and result.reason == "GangAborted" and "m2" in result.message
+    assert c.members["m1"].ctx.status.conditions["gang.nodeagent.io/Prepared"] == (False, "GangAborted")
+    assert c.stages["a"].metrics.records == {"abort": 1}
+    # A straggler of the aborted generation on node b fails at admission, from the record.
+    c.pod("m3", "b", 3)
+    await c.sync()
+    assert await c.admit("m3") is Verdict.REJECT and c.members["m3"].reason == "GangAborted"
+    # A replacement created after the abort starts a new generation.
+    c.pod("r0", "b", 3, created="2026-01-02T03:10:00Z")
+    await c.sync()
+    assert await c.admit("r0") is Verdict.CONTINUE
+
+
+async def test_across_nodes_a_coordinator_deleted_before_deciding_is_replaced_by_the_next_member() -> None:
+    c = Cluster("a", "b")
+    c.pod("m0", "a", 3)
+    c.pod("m1", "b", 3)
+    for name in ("m0", "m1"):
+        await c.admit(name)
+    await c.sync()
+    for name in ("m0", "m1"):
+        assert (await c.permit(name)).verdict is Verdict.WAIT
+    await c.sync()
+    assert c.stages["b"].gangs.member_of(c.members["m1"].pod.uid).coordinator == "ns/m0"  # type: ignore[union-attr]
+    # m0 is deleted: it leaves, and the gang is not aborted (a controller may replace it).
+    c.members["m0"].deleting = True
+    await c.sync()
+    await c.stages["a"].unreserve(c.members["m0"].pod)
+    c.gone.add("m0")
+    await c.sync()
+    assert c.stages["a"].metrics.decisions == {} and c.committed_on() == {}
+    for name in ("m2", "m3"):
+        c.pod(name, "b", 3)
+        await c.admit(name)
+        await c.sync()
+        assert (await c.permit(name)).verdict is Verdict.WAIT
+    await c.sync()
+    assert c.committed_on() == {"m1": (True, "GangQuorumReached")}  # the next member decided
+    await c.sync()
+    for name in ("m1", "m2", "m3"):
+        assert (await c.permit(name)).verdict is Verdict.CONTINUE
+
+
+async def test_across_nodes_the_coordinator_times_out_and_a_silent_coordinator_is_outlived() -> None:
+    c = Cluster("a", "b")
+    c.pod("m0", "a", 3, timeout=30)
+    c.pod("m1", "b", 3, timeout=30)
+    for name in ("m0", "m1"):
+        await c.admit(name)
+    await c.sync()
+    for name in ("m0", "m1"):
+        await c.permit(name)
+    await c.sync()
+    c.clock.advance(29)
+    await c.sync()
+    assert c.committed_on() == {}
+    c.clock.advance(1)
+    result = await c.permit("m0")  # the coordinator, at its vote's expiry
+    assert result.verdict is Verdict.REJECT and result.reason == "GangAdmissionTimeout"
+    assert c.committed_on() == {"m0": (False, "GangAdmissionTimeout")}
+    await c.sync()
+    result = await c.permit("m1")
+    assert result.reason == "GangAdmissionTimeout" and "did not commit within 30s" in result.message
+    assert "2 of 3 members were prepared (m0, m1)" in result.message
+
+    # A coordinator that never decides (its agent is down): each other member waits out its
+    # vote's expiry plus grace, then releases itself; never sooner.
+    d = Cluster("a", "b")
+    d.pod("m0", "a", 3, timeout=30)
+    d.pod("m1", "b", 3, timeout=30)
+    await d.admit("m1")
+    await d.sync()
+    result = await d.permit("m1")
+    assert result.verdict is Verdict.WAIT
+    await d.sync()
+    d.clock.advance(30 + 9)
+    result = await d.permit("m1")
+    assert result.verdict is Verdict.WAIT and result.retry_after == pytest.approx(1.0)
+    d.clock.advance(1)
+    result = await d.permit("m1")
+    assert result.verdict is Verdict.REJECT and result.reason == "GangAdmissionTimeout"
+    assert "released without starting" in result.message
+    assert d.members["m1"].ctx.status.conditions["gang.nodeagent.io/Prepared"] == (False, "GangAdmissionTimeout")
+    assert d.committed_on() == {}
+
+
+async def test_across_nodes_a_commit_written_but_not_yet_seen_holds_the_coordinators_members() -> None:
+    """The coordinator counted its node's members; none may release itself before the record is
+    seen, even past its vote's expiry plus grace (the record is on its way through the API)."""
+    c = Cluster("a", graceSeconds=0)
+    c.pod("m0", "a", 2, timeout=30)
+    c.pod("m1", "a", 2, timeout=30)
+    for name in ("m0", "m1"):
+        await c.admit(name)
+    await c.sync()
+    for name in ("m0", "m1"):
+        await c.permit(name)
+    await c.sync()
+    assert c.committed_on() == {"m0": (True, "GangQuorumReached")}
+    c.clock.advance(60)
+    assert (await c.permit("m1")).verdict is Verdict.WAIT
+    assert (await c.permit("m0")).verdict is Verdict.WAIT
+    await c.sync()
+    assert (await c.permit("m1")).verdict is Verdict.CONTINUE
+
+
+async def test_across_nodes_a_restarted_agent_follows_the_record_it_finds() -> None:
+    c = Cluster("a", "b")
+    for name, node in (("m0", "a"), ("m1", "b")):
+        c.pod(name, node, 2)
+        await c.admit(name)
+    await c.sync()
+    for name in ("m0", "m1"):
+        await c.permit(name)
+    await c.sync()
+    assert c.committed_on() == {"m0": (True, "GangQuorumReached")}
+    # Node b's agent restarts before it saw the record: a fresh stage, the same pods.
+    from plugins.gang.view import ClusterView
+
+    fresh = GangStage(GangConfig(), c.handles["b"], view=ClusterView(None, NoCatalog()))  # type: ignore[arg-type]
+    c.stages["b"] = fresh
+    c.members["m1"].ctx = FakeContext(c.members["m1"].pod)
+    await c.sync()
+    assert await c.admit("m1") is Verdict.CONTINUE
+    assert (await c.permit("m1")).verdict is Verdict.CONTINUE
+    assert fresh.metrics.records == {}
+
+
+def test_assessment_coordinator_votes_and_generations() -> None:
+    from plugins.gang.coordinator import assess, pod_info, vote_message
+
+    now = 1767323100.0
+
+    def info(name: str, created: str = T0, **status: Any) -> Any:
+        labels = status.pop("labels", {})
+        obj = {"metadata": {"name": name, "namespace": "ns", "uid": name, "creationTimestamp": created,
+                            "labels": labels},
+               "spec": {"nodeName": status.pop("node", "n")}, "status": status}
+        return pod_info(obj)
+
+    def vote(expires: float) -> list[dict[str, str]]:
+        return [{"type": "gang.nodeagent.io/Prepared", "status": "True", "reason": "WaitingForGang",
+                 "message": vote_message(expires)}]
+
+    pods = [info("b", conditions=vote(now + 10)), info("a", conditions=vote(now - 1)),
+            info("z", labels={"batch.kubernetes.io/job-completion-index": "0"}), info("c", node="")]
+    found = assess(pods, 2, now)
+    assert found.coordinator is not None and found.coordinator.name == "z"  # index 0 wins over names
+    assert [p.name for p in found.current] == ["z", "a", "b"]  # c is not bound
+    assert [p.name for p in found.votes] == ["b"]  # a's vote expired
+    assert found.commit is None and found.failed == ()
+    # An abort record ends the generation of every pod created no later than it.
+    record = [{"type": "gang.nodeagent.io/StartCommitted", "status": "False", "reason": "GangAborted",
+               "message": "x", "lastTransitionTime": "2026-01-02T03:04:30Z"}]
+    pods = [info("a", phase="Failed", conditions=record), info("b"), info("n", created="2026-01-02T03:04:31Z"),
+            info("f", created="2026-01-02T03:04:40Z", phase="Failed", reason="OutOfcpu")]
+    found = assess(pods, 2, now)
+    assert [p.name for p in found.current] == ["n"]
+    assert [p.name for p in found.failed] == ["f"]
+    assert found.abort_for(created_at(pod(created=T0))) is not None
+    assert found.abort_for(created_at(pod(created="2026-01-02T03:04:31Z"))) is None
+    # Evidence of a commit: the record, a member that followed it, or minMember started.
+    followed = [{"type": "gang.nodeagent.io/Prepared", "status": "True", "reason": "GangCommitted"}]
+    assert assess([info("a", conditions=followed)], 2, now).commit is not None
+    running = {"containerStatuses": [{"state": {"running": {}}}]}
+    assert assess([info("a", **running), info("b", **running)], 2, now).commit == "2 members started"
+    assert assess([info("a", **running)], 2, now).commit is None

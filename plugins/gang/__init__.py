@@ -14,18 +14,25 @@ start; container start is phase two, and ``permit`` is the barrier between them:
   waiting member is woken then), and fails it with ``GangAborted`` / ``GangAdmissionTimeout`` when
   the gang aborts; the worker then tears it down the normal way (stop, unprepare, cleanup,
   unreserve). Non-gang pods are skipped in every phase: they never wait behind a gang.
+
+Standalone (and for static pods) the agent decides alone: every member is on this node. In
+cluster mode a gang's members may be on several nodes: each member's vote goes into its pod's
+status, one deterministic member's agent (the coordinator) writes the decision on its own pod,
+and every member's agent follows that record (plugins/gang/coordinator.py, docs/GANG.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
+import anyio
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from nodeagent import labels as L
 from nodeagent.events import Event, PodRef
 from nodeagent.model import Pod
 from nodeagent.stages import (
@@ -38,20 +45,36 @@ from nodeagent.stages import (
     Result,
     Verdict,
 )
-from plugins.gang.catalog import GroupCatalog, ManifestCatalog, NoCatalog
+from plugins.gang.apicatalog import ApiCatalog
+from plugins.gang.catalog import GroupCatalog, ManifestCatalog, NoCatalog, ObjectKey
+from plugins.gang.coordinator import Assessment, assess, vote_message
 from plugins.gang.declaration import (
     Declaration,
     DeclarationError,
+    GangKey,
     created_at,
     declaration_of,
 )
 from plugins.gang.events import (
     GangAborted,
     GangCommitted,
+    GangDecisionRecorded,
     GangMemberPrepared,
     GangPartialStartDetected,
 )
 from plugins.gang.metrics import GangMetrics
+from plugins.gang.names import (
+    ABORTED,
+    COMMITTED,
+    COMMITTED_CONDITION,
+    INVALID,
+    LOCAL_ADMISSION_FAILED,
+    POLICY_UNAVAILABLE,
+    PREPARED_CONDITION,
+    QUORUM_REACHED,
+    TIMEOUT,
+    WAITING,
+)
 from plugins.gang.state import (
     Decider,
     Gangs,
@@ -60,20 +83,10 @@ from plugins.gang.state import (
     LocalQuorum,
     Member,
 )
+from plugins.gang.view import ClusterView
 from plugins.noderesources import NodeResources
 
 log = structlog.get_logger("nodeagent.gang")
-
-WAITING = "WaitingForGang"
-ABORTED = "GangAborted"
-TIMEOUT = "GangAdmissionTimeout"
-LOCAL_ADMISSION_FAILED = "GangLocalAdmissionFailed"
-INVALID = "GangDeclarationInvalid"
-POLICY_UNAVAILABLE = "GangPolicyUnavailable"
-# Pod conditions (domain-qualified, like readiness gates): the member's vote and the decision it
-# followed. In cluster mode the same conditions are what other nodes' agents read.
-PREPARED_CONDITION = "gang.nodeagent.io/Prepared"
-COMMITTED_CONDITION = "gang.nodeagent.io/StartCommitted"
 
 
 class GangConfig(BaseModel):
@@ -92,25 +105,72 @@ class GangConfig(BaseModel):
     recheck_seconds: float = Field(default=5.0, gt=0)
     """At most this long between two looks at a waiting gang (commits and aborts wake members at
     once; this only bounds how late a timeout is noticed and a status refreshed)."""
+    grace_seconds: float = Field(default=30.0, ge=0)
+    """(cluster) A member whose vote expired with no decision seen waits this much longer, then
+    releases itself (GangAdmissionTimeout). Must exceed clock skew between nodes plus watch
+    latency: the coordinator never counts an expired vote, so a commit and a member's own release
+    cannot both happen while that holds."""
+    coordination: Literal["auto", "local"] = "auto"
+    """auto: in cluster mode, gangs of API pods are decided by their coordinator member's agent
+    from the votes in the API; static pods' gangs, and every gang standalone, on this node alone.
+    local: every gang on this node alone (only for clusters whose gangs never span nodes)."""
 
 
 class GangStage(Admit, Reserve, Permit):
     name: ClassVar[str] = "gang"
 
     def __init__(self, config: GangConfig, handle: AgentHandle, catalog: GroupCatalog | None = None,
-                 decider: Decider | None = None) -> None:
+                 decider: Decider | None = None, view: ClusterView | None = None) -> None:
         self.config = config
         self._handle = handle
         self._clock = handle.clock
-        self._catalog = catalog or (ManifestCatalog(config.pod_group_path) if config.pod_group_path else NoCatalog())
+        self._node_name = str(getattr(getattr(handle, "node", None), "name", ""))
+        api = getattr(handle, "api", None)
+        if catalog is None:
+            if config.pod_group_path:
+                catalog = ManifestCatalog(config.pod_group_path)
+            elif api is not None:
+                catalog = ApiCatalog(api, self._clock)
+            else:
+                catalog = NoCatalog()
+        self._catalog = catalog
         self._decider = decider or LocalQuorum()
+        if view is None and api is not None and config.coordination == "auto":
+            view = ClusterView(api, catalog)
+        self.view = view
+        """(cluster mode) The gang members of every node, from the API; None: every gang is
+        decided on this node alone."""
+        if view is not None:
+            view.on_change = self._view_changed
         self._fit = NodeResources()
+        self._outbox: list[Event] = []
         self.gangs = Gangs()
         self.metrics = GangMetrics()
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The node-level task (started by the agent): the watches of the cluster view."""
+        if self.view is None:
+            task_status.started()
+            return
+        await self.view.run(task_status=task_status)
+
+    def render_metrics(self) -> str:
+        """The stage's series for the agent's /metrics."""
+        return self.metrics.render(waiting=self.gangs.waiting())
+
+    def describe(self) -> dict[str, Any]:
+        """For the agent's /plugins: the gangs this node takes part in."""
+        return {"mode": "cluster" if self.view is not None else "local",
+                "watching": self.view.namespaces() if self.view is not None else [],
+                "gangs": [{"gang": str(g.key), "source": g.key.source, "generation": g.number,
+                           "state": g.state.value, "minMember": g.min_member, "cluster": g.cluster,
+                           "coordinator": g.coordinator, "members": sorted(m.ref.name for m in g.members.values()),
+                           "prepared": len(g.prepared())} for g in self.gangs.all()]}
 
     # --- admission: all or none of the node's share -------------------------------------
 
     async def admit(self, pod: Pod, node: NodeView) -> Result:
+        await self._prefetch(pod)
         try:
             decl = self._declaration(pod)
         except DeclarationError as exc:
@@ -119,22 +179,41 @@ class GangStage(Admit, Reserve, Permit):
             return Result.skip()
         if decl.min_member is None:
             return self._unknown(pod, decl)
+        cluster = self._is_cluster(pod)
+        if cluster:
+            assert self.view is not None
+            self.view.watch(pod.metadata.namespace)
+            current = self.gangs.current(decl.key)
+            if current is not None and current.cluster:
+                self._reconcile(current)  # a stale local attempt learns the gang's fate first
+                await self._flush()
         gen = self.gangs.generation_for(decl.key, created_at(pod))
         if gen is not None and gen.state is GangState.ABORTED:
             return Result.reject(gen.reason, gen.message)
+        if cluster and (gen is None or gen.state is GangState.FORMING):
+            record = self._abort_record_for(pod, decl)
+            if record is not None:
+                return Result.reject(record[0], record[1])
         fit = await self._fit.admit(pod, node)
         if fit.verdict is not Verdict.REJECT:
             return Result.ok()
         cause = f"{fit.reason}: {fit.message}"
-        if gen is None or gen.state is GangState.FORMING:
-            gen = gen or self.gangs.open(decl, decl.min_member, self._timeout(decl), self._clock.monotonic())
-            message = (f"gang {decl.key} aborted: member {_name(pod)} cannot be admitted on node "
-                       f"{node.node.name} ({cause}); no container of the gang was started")
-            self._abort(gen, ABORTED, message)
-            await self._announce(pod, gen, LOCAL_ADMISSION_FAILED, message)
-            return Result.reject(LOCAL_ADMISSION_FAILED, f"{cause}; every member of gang {decl.key} is released")
-        # A committed gang keeps running: this late member fails alone.
-        return Result.reject(LOCAL_ADMISSION_FAILED, f"{cause} (gang {decl.key} had started without it)")
+        if gen is not None and gen.state is GangState.COMMITTED:
+            # A committed gang keeps running: this late member fails alone.
+            return Result.reject(LOCAL_ADMISSION_FAILED, f"{cause} (gang {decl.key} had started without it)")
+        if cluster:
+            # Across nodes, this node cannot know whether its other members' votes were already
+            # counted in a commit: only the coordinator decides. This pod's failure, in the API,
+            # is what tells the coordinator to abort; the others here are released by that abort.
+            return Result.reject(LOCAL_ADMISSION_FAILED,
+                                 f"{cause}; gang {decl.key} cannot start without it and is aborted by its "
+                                 "coordinator, releasing every member")
+        gen = gen or self.gangs.open(decl, decl.min_member, self._timeout(decl), self._clock.monotonic())
+        message = (f"gang {decl.key} aborted: member {_name(pod)} cannot be admitted on node "
+                   f"{node.node.name} ({cause}); no container of the gang was started")
+        self._abort(gen, ABORTED, message)
+        await self._announce(pod, gen, LOCAL_ADMISSION_FAILED, message)
+        return Result.reject(LOCAL_ADMISSION_FAILED, f"{cause}; every member of gang {decl.key} is released")
 
     async def reserve(self, pod: Pod, node: NodeView) -> Result:
         decl = self._declaration_or_none(pod)
@@ -149,7 +228,11 @@ class GangStage(Admit, Reserve, Permit):
         gen = self.gangs.member_of(pod.uid)
         if gen is None:
             return
-        aborted = gen.state is GangState.FORMING
+        # Standalone, a member leaving before the commit aborts its gang (nothing can tell whether
+        # a replacement will come). Across nodes it only leaves: a controller may replace it, the
+        # coordinator counts the members that remain, and the votes' expiry bounds the wait; a
+        # member that failed is seen failed in the API, which makes the coordinator abort.
+        aborted = gen.state is GangState.FORMING and not gen.cluster
         if aborted:
             message = (f"gang {gen.key} aborted: member {_name(pod)} was released before the gang committed "
                        "(deleted, failed its preparation or rejected on this node); no container of the gang "
@@ -157,6 +240,8 @@ class GangStage(Admit, Reserve, Permit):
             self._abort(gen, ABORTED, message)
         # Leave after the abort: an aborted generation stays as a tombstone for its stragglers.
         self.gangs.leave(pod.uid)
+        if gen.state is GangState.ABORTED and gen.decided_at is not None:
+            self.metrics.release.observe(self._clock.monotonic() - gen.decided_at)
         if aborted:
             await self._announce(pod, gen, ABORTED, gen.message)
 
@@ -164,6 +249,7 @@ class GangStage(Admit, Reserve, Permit):
 
     async def permit(self, ctx: PodContext) -> Result:
         pod = ctx.pod
+        await self._prefetch(pod)
         try:
             decl = self._declaration(pod)
         except DeclarationError as exc:
@@ -187,6 +273,8 @@ class GangStage(Admit, Reserve, Permit):
                 self._commit(gen, recovered=True)
                 return await self._release(ctx, gen, member, recovered=True)
             member.prepared_at = now
+        if gen.cluster:
+            return await self._permit_across_nodes(ctx, gen, member, arrived)
         # Decide before the first await, so that no other member interleaves between counting
         # and deciding; the answer below reads the state again after the awaits.
         decision = self._decider.decide(gen, now)
@@ -216,27 +304,173 @@ class GangStage(Admit, Reserve, Permit):
         retry = min(max(gen.deadline - now, 0.05), self.config.recheck_seconds)
         return Result.wait(WAITING, message, retry_after=retry)
 
+    # --- across nodes: votes in the API, the coordinator's record --------------------------
+
+    async def _permit_across_nodes(self, ctx: PodContext, gen: Generation, member: Member, arrived: bool) -> Result:
+        assert self.view is not None
+        if arrived:
+            # The vote: written once (the status sink patches it to the API); its message does
+            # not change while the member waits, so waiting costs no API writes.
+            member.vote_expires = self._clock.now() + gen.timeout
+            ctx.status.set_condition(PREPARED_CONDITION, True, WAITING, vote_message(member.vote_expires))
+        self.view.watch(gen.key.namespace)
+        self._reconcile(gen)
+        if arrived:
+            await ctx.publish(GangMemberPrepared(gang=str(gen.key), generation=gen.number,
+                                                 prepared=len(gen.prepared()), min_member=gen.min_member))
+        await self._flush()
+        return await self._follow_across_nodes(ctx, gen, member)
+
+    async def _follow_across_nodes(self, ctx: PodContext, gen: Generation, member: Member) -> Result:
+        if gen.state is GangState.COMMITTED:
+            return await self._release(ctx, gen, member)
+        if gen.state is GangState.ABORTED:
+            return await self._fail(ctx, gen, member)
+        assert self.view is not None
+        wall = self._clock.now()
+        coordinating = gen.coordinator_uid == member.ref.uid
+        # The coordinator decides a timeout itself at its vote's expiry; any other member
+        # releases itself after its own vote's expiry plus grace, unless this agent wrote a
+        # commit (as coordinator) that the API does not show yet: that member was counted.
+        deadline = (member.vote_expires or wall) + (0.0 if coordinating else self.config.grace_seconds)
+        if not coordinating and gen.recorded is None and wall >= deadline:
+            return await self._withdraw(ctx, gen, member)
+        error = self.view.error(gen.key.namespace)
+        if error and not self.view.synced(gen.key.namespace):
+            message = f"gang {gen.key}: prepared; cannot read the gang's members from the API ({error})"
+        else:
+            message = (f"gang {gen.key}: prepared; waiting for the coordinator "
+                       f"{gen.coordinator or '(not known yet)'} to commit")
+        for container in ctx.pod.all_containers():
+            ctx.status.container_waiting(container.name, WAITING, message)
+        retry = min(max(deadline - wall, 0.05), self.config.recheck_seconds)
+        return Result.wait(WAITING, message, retry_after=retry)
+
+    async def _view_changed(self, keys: set[GangKey]) -> None:
+        """(the view) Pods of these gangs changed in the API."""
+        for key in keys:
+            gen = self.gangs.current(key)
+            if gen is not None and gen.cluster:
+                self._reconcile(gen)
+        await self._flush()
+
+    def _reconcile(self, gen: Generation) -> None:
+        """Follow the gang's record, or write it as its coordinator. Synchronous: the reading
+        and what it leads to happen between two awaits."""
+        if gen.state is not GangState.FORMING or self.view is None or not gen.members:
+            return
+        if not self.view.synced(gen.key.namespace):
+            return
+        wall = self._clock.now()
+        found = assess(self.view.pods(gen.key), gen.min_member, wall)
+        if found.commit is not None:
+            self._commit(gen, prepared=len(found.votes), how=found.commit)
+            return
+        created = [m.created for m in gen.members.values()]
+        record = found.abort_for(None if None in created else min(c for c in created if c is not None))
+        if record is not None:
+            self._abort(gen, record.reason, record.message, wall=record.at)
+            return
+        coordinator = found.coordinator
+        gen.coordinator = coordinator.full_name if coordinator is not None else None
+        gen.coordinator_uid = coordinator.uid if coordinator is not None else None
+        if gen.recorded is not None and gen.recorded[0] != gen.coordinator_uid:
+            gen.recorded = None  # the coordinator that wrote it is gone before anyone saw it
+        if coordinator is None or gen.recorded is not None:
+            return
+        me = gen.members.get(coordinator.uid)
+        if me is None or me.ctx is None or me.prepared_at is None:
+            return  # another node's member, or ours but not prepared yet
+        self._decide_as_coordinator(gen, me, found, wall)
+
+    def _decide_as_coordinator(self, gen: Generation, me: Member, found: Assessment, wall: float) -> None:
+        votes = ", ".join(p.name for p in found.votes)
+        if found.failed:
+            culprit = found.failed[0]
+            cause = f"{culprit.reason}: {culprit.message}" if culprit.reason else culprit.message or "Failed"
+            message = (f"gang {gen.key} aborted: member {culprit.full_name} failed on node {culprit.node} "
+                       f"({cause}); no container of the gang was started")
+            self._record(gen, me, False, ABORTED, message, found)
+            self._abort(gen, ABORTED, message, wall=wall)
+        elif len(found.votes) >= gen.min_member:
+            message = (f"gang {gen.key}: {len(found.votes)} of {gen.min_member} members prepared ({votes}); "
+                       f"decided by {me.ref.namespace}/{me.ref.name} on node {self._node_name}")
+            self._record(gen, me, True, QUORUM_REACHED, message, found)
+            # Followed once the API shows it, as every other member's agent does: a commit that
+            # is not durable must not start anything.
+        elif me.vote_expires is not None and wall >= me.vote_expires:
+            voted = ", ".join(p.name for p in found.voted)
+            message = (f"gang {gen.key} did not commit within {gen.timeout:g}s: {len(found.voted)} of "
+                       f"{gen.min_member} members were prepared ({voted or 'none'}); no container of the gang "
+                       "was started")
+            self._record(gen, me, False, TIMEOUT, message, found)
+            self._abort(gen, TIMEOUT, message, wall=wall)
+
+    def _record(self, gen: Generation, me: Member, committed: bool, reason: str, message: str,
+                found: Assessment) -> None:
+        assert me.ctx is not None
+        me.ctx.status.set_condition(COMMITTED_CONDITION, committed, reason, message)
+        gen.recorded = (me.ref.uid, committed)
+        result = "commit" if committed else ("timeout" if reason == TIMEOUT else "abort")
+        self.metrics.records[result] += 1
+        log.info("gang decision recorded", gang=str(gen), committed=committed, reason=reason,
+                 votes=len(found.votes), min_member=gen.min_member, coordinator=f"{me.ref.namespace}/{me.ref.name}")
+        self._outbox.append(GangDecisionRecorded(pod=me.ref, source=self.name, gang=str(gen.key),
+                                                 generation=gen.number, committed=committed, reason=reason,
+                                                 message=message, votes=len(found.votes)))
+
+    def _abort_record_for(self, pod: Pod, decl: Declaration) -> tuple[str, str] | None:
+        """(admission) The abort that ended the cluster generation this pod was created in."""
+        if self.view is None or not self.view.synced(decl.key.namespace):
+            return None
+        found = assess(self.view.pods(decl.key), decl.min_member or 1, self._clock.now())
+        if found.commit is not None:
+            return None
+        record = found.abort_for(created_at(pod))
+        return (record.reason, record.message) if record is not None else None
+
+    async def _withdraw(self, ctx: PodContext, gen: Generation, member: Member) -> Result:
+        """Release this member alone: its vote expired long enough ago that no coordinator can
+        count it (unilateral release, bounded by the vote's expiry plus grace)."""
+        message = (f"gang {gen.key}: no decision within {gen.timeout:g}s of this member's vote and "
+                   f"{self.config.grace_seconds:g}s of grace (coordinator {gen.coordinator or 'unknown'}); "
+                   "released without starting")
+        if member.prepared_at is not None:
+            self.metrics.barrier_wait.observe(self._clock.monotonic() - member.prepared_at, "timeout")
+        for container in ctx.pod.all_containers():
+            ctx.status.clear_container_waiting(container.name)
+        ctx.status.set_condition(PREPARED_CONDITION, False, TIMEOUT, message)
+        log.warning("gang member released itself", gang=str(gen), pod=str(ctx.ref), message=message)
+        await ctx.publish(GangAborted(gang=str(gen.key), generation=gen.number, reason=TIMEOUT, message=message))
+        return Result.reject(TIMEOUT, message)
+
+    async def _flush(self) -> None:
+        events, self._outbox = self._outbox, []
+        for event in events:
+            await self._handle.publish(event)
+
     # --- decisions -------------------------------------------------------------------------
 
-    def _commit(self, gen: Generation, *, recovered: bool = False) -> None:
+    def _commit(self, gen: Generation, *, recovered: bool = False, prepared: int | None = None, how: str = "") -> None:
         now = self._clock.monotonic()
-        self.gangs.decide(gen, GangState.COMMITTED, "GangCommitted",
-                          f"gang {gen.key} committed" + (" (recovered from the runtime)" if recovered else ""),
-                          now, self._clock.now())
+        detail = " (recovered from the runtime)" if recovered else (f" ({how})" if how else "")
+        self.gangs.decide(gen, GangState.COMMITTED, COMMITTED, f"gang {gen.key} committed{detail}",
+                          now, self._clock.now(), prepared=prepared)
         self.metrics.decisions["commit"] += 1
-        log.info("gang committed", gang=str(gen), prepared=gen.prepared_at_commit, min_member=gen.min_member)
+        log.info("gang committed", gang=str(gen), prepared=gen.prepared_at_commit, min_member=gen.min_member,
+                 how=how or ("recovered" if recovered else "local quorum"))
         for member in gen.members.values():
-            self.metrics.hold.observe(now - member.reserved_at, "commit")
+            self.metrics.device_hold.observe(now - member.reserved_at, "commit")
         self._wake(gen)
 
-    def _abort(self, gen: Generation, reason: str, message: str) -> None:
+    def _abort(self, gen: Generation, reason: str, message: str, *, wall: float | None = None) -> None:
         now = self._clock.monotonic()
-        self.gangs.decide(gen, GangState.ABORTED, reason, message, now, self._clock.now())
+        self.gangs.decide(gen, GangState.ABORTED, reason, message, now, self._clock.now() if wall is None else wall)
         result = "timeout" if reason == TIMEOUT else "abort"
         self.metrics.decisions[result] += 1
         log.warning("gang aborted", gang=str(gen), reason=reason, message=message)
         for member in gen.members.values():
-            self.metrics.hold.observe(now - member.reserved_at, result)
+            self.metrics.device_hold.observe(now - member.reserved_at, result)
         self._wake(gen)
 
     def _wake(self, gen: Generation) -> None:
@@ -253,10 +487,16 @@ class GangStage(Admit, Reserve, Permit):
         member.released = True
         for container in ctx.pod.all_containers():
             ctx.status.clear_container_waiting(container.name)
-        ctx.status.set_condition(PREPARED_CONDITION, True, "GangCommitted", f"generation {gen.number}")
-        ctx.status.set_condition(COMMITTED_CONDITION, True, "GangCommitted",
-                                 f"gang {gen.key} generation {gen.number}: {gen.prepared_at_commit} of "
-                                 f"{gen.min_member} members were prepared")
+        if gen.cluster:
+            # Across nodes only the coordinator's pod carries StartCommitted (the record); a
+            # member that followed it says so in its vote, which is also evidence of the commit
+            # should the coordinator's pod go away.
+            ctx.status.set_condition(PREPARED_CONDITION, True, COMMITTED, gen.message)
+        else:
+            ctx.status.set_condition(PREPARED_CONDITION, True, COMMITTED, f"generation {gen.number}")
+            ctx.status.set_condition(COMMITTED_CONDITION, True, COMMITTED,
+                                     f"gang {gen.key} generation {gen.number}: {gen.prepared_at_commit} of "
+                                     f"{gen.min_member} members were prepared")
         await ctx.publish(GangCommitted(gang=str(gen.key), generation=gen.number, prepared=gen.prepared_at_commit,
                                         min_member=gen.min_member, waited_seconds=waited,
                                         joined_after_commit=joined_late, recovered=recovered))
@@ -275,7 +515,11 @@ class GangStage(Admit, Reserve, Permit):
                                                        containers=containers))
         for container in ctx.pod.all_containers():
             ctx.status.clear_container_waiting(container.name)
-        ctx.status.set_condition(COMMITTED_CONDITION, False, gen.reason, gen.message)
+        if gen.cluster:
+            # The vote is withdrawn; the coordinator's pod keeps the record it wrote.
+            ctx.status.set_condition(PREPARED_CONDITION, False, gen.reason, gen.message)
+        else:
+            ctx.status.set_condition(COMMITTED_CONDITION, False, gen.reason, gen.message)
         await ctx.publish(GangAborted(gang=str(gen.key), generation=gen.number, reason=gen.reason, message=gen.message))
         return Result.reject(gen.reason, gen.message)
 
@@ -294,16 +538,38 @@ class GangStage(Admit, Reserve, Permit):
         gen = self.gangs.member_of(pod.uid)
         if gen is not None:
             return gen
-        gen = self.gangs.generation_for(decl.key, created_at(pod))
+        created = created_at(pod)
+        gen = self.gangs.generation_for(decl.key, created)
         if gen is None:
-            gen = self.gangs.open(decl, decl.min_member, self._timeout(decl), self._clock.monotonic())
+            gen = self.gangs.open(decl, decl.min_member, self._timeout(decl), self._clock.monotonic(),
+                                  cluster=self._is_cluster(pod))
         elif gen.min_member != decl.min_member:
             log.warning("gang members disagree on minMember; the first member's count holds",
                         gang=str(gen), pod=_name(pod), declared=decl.min_member, holds=gen.min_member)
         if gen.state is not GangState.ABORTED:
             ref = PodRef(uid=pod.uid, namespace=pod.metadata.namespace, name=pod.metadata.name)
-            self.gangs.join(gen, ref, self._clock.monotonic())
+            self.gangs.join(gen, ref, self._clock.monotonic()).created = created
+            if gen.cluster and self.view is not None:
+                self.view.watch(pod.metadata.namespace)
         return gen
+
+    def _is_cluster(self, pod: Pod) -> bool:
+        """Whether the pod's gang may span nodes: an API pod in cluster mode. A static pod runs
+        only here, so its gang is decided here (reference/gang.md §8.5)."""
+        return self.view is not None and pod.metadata.annotations.get(L.CONFIG_SOURCE) != "file"
+
+    async def _prefetch(self, pod: Pod) -> None:
+        """Read the group objects the pod's declaration names, when they come from the API."""
+        fetch = getattr(self._catalog, "fetch", None)
+        if fetch is None:
+            return
+        wanted = _Recording(self._catalog)
+        try:
+            declaration_of(pod, wanted)
+        except DeclarationError:
+            pass
+        for key in wanted.asked:
+            await fetch(*key)
 
     def _declaration(self, pod: Pod) -> Declaration | None:
         return declaration_of(pod, self._catalog)
@@ -330,6 +596,18 @@ class GangStage(Admit, Reserve, Permit):
         return Result.skip()
 
 
+class _Recording:
+    """A catalog that remembers what a declaration asked for (to fetch it first)."""
+
+    def __init__(self, inner: GroupCatalog) -> None:
+        self._inner = inner
+        self.asked: list[ObjectKey] = []
+
+    def get(self, api_group: str, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        self.asked.append((api_group, kind, namespace, name))
+        return self._inner.get(api_group, kind, namespace, name)
+
+
 def _name(pod: Pod) -> str:
     return f"{pod.metadata.namespace}/{pod.metadata.name}"
 
@@ -340,4 +618,5 @@ def plugin(config: Mapping[str, Any], handle: AgentHandle) -> GangStage:
 
 plugin.stage_class = GangStage  # type: ignore[attr-defined]
 
-__all__ = ["ABORTED", "LOCAL_ADMISSION_FAILED", "TIMEOUT", "WAITING", "GangConfig", "GangStage", "plugin"]
+__all__ = ["ABORTED", "COMMITTED_CONDITION", "LOCAL_ADMISSION_FAILED", "PREPARED_CONDITION", "TIMEOUT", "WAITING",
+           "GangConfig", "GangStage", "plugin"]

@@ -1,8 +1,8 @@
 """Where the gang stage reads group objects (PodGroup, Workload) that carry a gang's minMember.
 
 Most schedulers keep minMember on a separate object, not on the pod (reference/gang.md §8.2).
-In cluster mode those objects come from the API server (a later reader behind the same
-:class:`GroupCatalog` protocol). In standalone mode there is no API server, so the stage can read
+In cluster mode those objects come from the API server (plugins/gang/apicatalog.py, behind the
+same :class:`GroupCatalog` protocol). In standalone mode there is no API server, so the stage can read
 them from a directory of manifests placed beside the static pods (plugin setting
 ``podGroupPath``); the static pod directory itself accepts only pods.
 """

@@ -60,3 +60,19 @@ class GangPartialStartDetected(Event):
     gang: str
     generation: int
     containers: list[str]
+
+
+class GangDecisionRecorded(Event):
+    """(cluster) This agent, as the gang's coordinator, wrote the gang's decision on its
+    coordinator pod (condition gang.nodeagent.io/StartCommitted). Every member's agent, this one
+    included, follows it once the API shows it."""
+
+    kind: Literal["GangDecisionRecorded"] = "GangDecisionRecorded"
+    gang: str
+    generation: int
+    committed: bool
+    reason: str
+    """GangQuorumReached, GangAborted or GangAdmissionTimeout."""
+    message: str
+    votes: int
+    """Unexpired votes the coordinator saw."""

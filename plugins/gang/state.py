@@ -7,6 +7,9 @@ aborted generation stays as a tombstone so that members created before the abort
 after it) fail too; a pod created after the abort opens a new generation (reference/gang.md §8.3:
 a recreated group forms a new quorum).
 
+In cluster mode a generation is this node's share of a gang that may span nodes: its state
+follows the coordinator's record (plugins/gang/coordinator.py) instead of a local count.
+
 Everything here is synchronous: the stage decides between two awaits, so no other member can
 interleave with a check and the change it leads to.
 """
@@ -36,6 +39,10 @@ class Member:
     """Monotonic seconds: when the member started holding its reservation."""
     prepared_at: float | None = None
     """When the member reached the barrier (its local preparation was done)."""
+    created: float | None = None
+    """The pod's creation time (wall seconds, to the second): which cluster generation it is of."""
+    vote_expires: float | None = None
+    """(cluster) Wall seconds at which this member's vote ("prepared") stops counting."""
     ctx: PodContext | None = None
     """The member's latest permit context: how to wake it, and what the runtime shows of it."""
     released: bool = False
@@ -57,6 +64,16 @@ class Generation:
     """Wall-clock seconds of the decision, compared with pods' creation times."""
     prepared_at_commit: int = 0
     members: dict[str, Member] = field(default_factory=dict)
+    cluster: bool = False
+    """The members may be on several nodes: a coordinator member's agent decides, from the
+    votes in the members' pod status (plugins/gang/coordinator.py). False: this agent decides
+    alone (standalone mode, static pods)."""
+    recorded: tuple[str, bool] | None = None
+    """(cluster) The decision this agent wrote as the gang's coordinator: (the coordinator pod's
+    UID, committed). It never writes another one while that pod is the coordinator."""
+    coordinator: str | None = None
+    """(cluster) ``namespace/name`` of the coordinator member as last seen (for messages)."""
+    coordinator_uid: str | None = None
 
     @property
     def deadline(self) -> float:
@@ -73,9 +90,9 @@ Decision = Literal["commit", "timeout"]
 
 
 class Decider(Protocol):
-    """Who decides a forming generation. Standalone: :class:`LocalQuorum`, since every member is
-    on this node. Cluster mode (docs/GANG.md): the deterministic coordinator member's agent,
-    from the members' votes in their pods' status."""
+    """Who decides a forming generation that is all on this node (standalone mode, static
+    pods): :class:`LocalQuorum`. Cluster generations are decided by the coordinator member's
+    agent from the members' votes in the API (plugins/gang/coordinator.py)."""
 
     def decide(self, gen: Generation, now: float) -> Decision | None: ...
 
@@ -110,9 +127,13 @@ class Gangs:
     def member_of(self, uid: str) -> Generation | None:
         return self._member_of.get(uid)
 
-    def open(self, decl: Declaration, min_member: int, timeout: float, now: float) -> Generation:
+    def current(self, key: GangKey) -> Generation | None:
+        return self._current.get(key)
+
+    def open(self, decl: Declaration, min_member: int, timeout: float, now: float, *,
+             cluster: bool = False) -> Generation:
         self._numbers[decl.key] += 1
-        gen = Generation(decl.key, self._numbers[decl.key], min_member, timeout, now)
+        gen = Generation(decl.key, self._numbers[decl.key], min_member, timeout, now, cluster=cluster)
         self._current[decl.key] = gen
         return gen
 
@@ -134,11 +155,15 @@ class Gangs:
             del self._current[gen.key]
         return gen, member
 
-    def decide(self, gen: Generation, state: GangState, reason: str, message: str, now: float, wall: float) -> None:
+    def decide(self, gen: Generation, state: GangState, reason: str, message: str, now: float, wall: float,
+               prepared: int | None = None) -> None:
         assert gen.state is GangState.FORMING, f"{gen} was decided already ({gen.state.value})"
         gen.state, gen.reason, gen.message = state, reason, message
         gen.decided_at, gen.decided_wall = now, wall
-        gen.prepared_at_commit = len(gen.prepared())
+        gen.prepared_at_commit = len(gen.prepared()) if prepared is None else prepared
+
+    def all(self) -> list[Generation]:
+        return list(self._current.values())
 
     def waiting(self) -> int:
         """Members at the barrier of a forming generation (a gauge for people)."""

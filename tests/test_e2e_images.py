@@ -176,6 +176,25 @@ def test_report_counts_every_selected_test(tmp_path: Path) -> None:
     assert "| 2 | failed | [sig-node] b [NodeConformance]" in (tmp_path / "out" / "report.md").read_text()
 
 
+def test_report_of_several_runs_takes_what_ran_last(tmp_path: Path) -> None:
+    """Runs of parts of the selection (or a re-run) merge: the later run's result of a test
+    counts, a test a run skipped by focus keeps the result of the run that ran it."""
+    from conformance.e2e import report
+
+    def junit(name: str, cases: str) -> Path:
+        path = tmp_path / name
+        path.write_text('<?xml version="1.0"?><testsuites><testsuite name="Kubernetes e2e suite">'
+                        + cases + "</testsuite></testsuites>")
+        return path
+
+    first = junit("a.xml", '<testcase name="[It] x" status="failed" time="1"><failure>[FAILED] boom</failure>'
+                           '</testcase><testcase name="[It] y" status="passed" time="1"/>')
+    second = junit("b.xml", '<testcase name="[It] x" status="passed" time="1"/>'
+                            '<testcase name="[It] y" status="skipped" time="0"><skipped message="skipped"/></testcase>')
+    parsed = report.parse_junit([first, second])
+    assert {n: c.status for n, c in parsed.cases.items()} == {"x": "passed", "y": "passed"}
+
+
 def test_focus_regex_is_valid_re2_and_exact() -> None:
     names = ["[sig-node] Pods should get a host IP [Conformance] [NodeConformance]",
              "[sig-node] Kubelet when scheduling a busybox command in a pod should print the output to logs (x.y)"]

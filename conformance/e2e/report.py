@@ -77,7 +77,8 @@ def _reason(tc: ET.Element) -> str:
 
 
 def parse_junit(paths: Iterable[Path]) -> Parsed:
-    """Merge ginkgo JUnit files (a parallel pass and a serial pass, say)."""
+    """Merge ginkgo JUnit files (a parallel pass and a serial pass, or runs of parts of the
+    selection), in the order given."""
     out = Parsed()
     for path in paths:
         root = ET.parse(path).getroot()
@@ -93,8 +94,9 @@ def parse_junit(paths: Iterable[Path]) -> Parsed:
                 prev = out.cases.get(name)
                 case = Case(name, _STATE.get(state, FAILED), "" if state == "passed" else _reason(tc),
                             seconds, state)
-                # The same spec in two files: one run skipped it by focus, one ran it.
-                if prev is None or prev.status == SKIPPED:
+                # The same spec in two files: one pass skipped it by focus, one ran it; or a
+                # later run (given later) ran it again: what ran last counts.
+                if prev is None or prev.status == SKIPPED or case.status != SKIPPED:
                     out.cases[name] = case
             elif state not in ("passed", "skipped"):
                 out.suite_failures.append(SuiteCase(raw, state, _reason(tc)))

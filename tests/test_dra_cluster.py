@@ -45,7 +45,7 @@ from tests.test_cluster_node import (
     kubectl,
     wait_node_ready,
 )
-from tests.test_cluster_pods import GRACEFUL, api_pod, event_reasons, running_container
+from tests.test_cluster_pods import GRACEFUL, api_pod, running_container
 from tests.test_dra import (
     DRA_TUNING,
     PREPARE,
@@ -211,19 +211,25 @@ async def test_pod_waits_with_the_reason_in_the_api_until_its_driver_registers(
                 await tg.start(SlicePublisher(api, DRIVER_NAME, node, 4).run)
                 await apply(cp, claim_template(template), gpu_pod(name, node, template))
 
+                message = f"Failed to prepare dynamic resources: DRA driver {DRIVER_NAME} is not registered"
+
                 async def waiting() -> dict[str, Any] | None:
+                    # Until the Node authorizer's graph has seen the claim in the pod's status,
+                    # reading it is refused (403): the pod waits with that reason first.
                     pod = await get_json(cp, "pod", name)
                     status = (pod or {}).get("status") or {}
-                    return pod if status.get("reason") == REASON else None
+                    return pod if status.get("reason") == REASON and status.get("message") == message else None
 
                 pod = await wait_for(waiting, 60, "the pod waiting for its driver, the reason in its API status")
-                message = f"Failed to prepare dynamic resources: DRA driver {DRIVER_NAME} is not registered"
                 assert pod["status"]["phase"] == "Pending"
-                assert pod["status"]["message"] == message
                 uid = pod["metadata"]["uid"]
-                events = await wait_for(lambda: _has(event_reasons(cp, uid), REASON), 30,
-                                        "the FailedPrepareDynamicResources Event")
-                assert events[REASON]["type"] == "Warning" and events[REASON]["message"] == message
+                async def driver_event() -> dict[str, Any] | None:
+                    events = await get_json(cp, "events", "--field-selector", f"involvedObject.uid={uid}")
+                    return next((e for e in (events or {}).get("items", [])
+                                 if e["reason"] == REASON and e["message"] == message), None)
+
+                event = await wait_for(driver_event, 30, "the FailedPrepareDynamicResources Event")
+                assert event["type"] == "Warning"
 
                 async with cluster_driver(cp, env, dirs) as driver:
                     running = await wait_for(lambda: _running(cp, name), 60, f"pod {name} Running once registered")
@@ -395,11 +401,6 @@ async def _running(cp: ControlPlane, name: str) -> dict[str, Any] | None:
 
 async def _gone(cp: ControlPlane, *what: str) -> bool:
     return await get_json(cp, *what) is None
-
-
-async def _has(reasons: Any, reason: str) -> dict[str, Any] | None:
-    found: dict[str, Any] = await reasons
-    return found if reason in found else None
 
 
 async def _true(value: bool) -> bool:

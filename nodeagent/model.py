@@ -304,7 +304,11 @@ class PodSecurityContext(_ApiModel):
     run_as_non_root: bool | None = None
     supplemental_groups: list[int] = Field(default_factory=list)
     fs_group: int | None = None
-    """Added to every container's supplemental groups (volume ownership is not changed)."""
+    """Added to every container's supplemental groups; emptyDir, configMap, secret, projected
+    and downwardAPI volumes are given to this group (plugins/volumes/ownership.py)."""
+    fs_group_change_policy: Literal["OnRootMismatch", "Always"] | None = None
+    """As in the kubelet, it only shortens the ownership walk of persistent volumes: the
+    volume types nodeagent implements are always walked."""
     sysctls: list[Sysctl] = Field(default_factory=list)
     seccomp_profile: SecurityProfile | None = None
     app_armor_profile: SecurityProfile | None = None
@@ -477,9 +481,6 @@ class PodSpec(_ApiModel):
         for c in self.containers:
             if c.restart_policy_rules and c.restart_policy is None:
                 raise ValueError(f"container {c.name!r}: restartPolicyRules need a container restartPolicy")
-        for c in self.init_containers:
-            if c.restart_policy is None and (c.lifecycle or c.liveness_probe or c.readiness_probe or c.startup_probe):
-                raise ValueError(f"init container {c.name!r}: lifecycle and probes need restartPolicy: Always")
         for c in self.init_containers:
             if c.restart_policy is None and (c.lifecycle or c.liveness_probe or c.readiness_probe or c.startup_probe):
                 raise ValueError(f"init container {c.name!r}: lifecycle and probes need restartPolicy: Always")

@@ -31,7 +31,8 @@ DEFAULT_PROFILE: Mapping[str, Sequence[str]] = {
     "prepare": ["dra", "volumes", "apivolumes", "runtime"],
     "permit": ["gang"],  # the gang barrier: after local preparation, before any container
     "start": ["runtime"],
-    "observe": ["status", "runtime", "probes", "logs", "apivolumes", "activedeadline"],  # apivolumes: resync, token refresh
+    # volumes, apivolumes: files follow the pod's metadata and their objects; token refresh
+    "observe": ["status", "runtime", "probes", "logs", "volumes", "apivolumes", "activedeadline"],
     "cleanup": ["logs", "runtime"],
 }
 

@@ -38,7 +38,7 @@ from nodeagent.stash import Stash
 from plugins.apivolumes import ApiVolumesStage, Settings, api_fields
 from plugins.apivolumes.envsources import resolve_env
 from plugins.apivolumes.objects import ObjectReader
-from plugins.apivolumes.payload import VolumeError, as_text, volume_payload
+from plugins.apivolumes.payload import VolumeError, volume_payload
 from plugins.apivolumes.tokens import TOKENS, Token
 from plugins.runtime.env import FieldError, PodFacts, container_env
 from plugins.volumes.mountinfo import mounts_under
@@ -321,6 +321,82 @@ async def test_volumes_follow_their_objects_and_tokens_are_refreshed(
         await wait_for(updated, 30, "the projected configMap file to follow the object")
 
 
+async def test_binary_data_fs_group_ownership_and_env_names_that_are_not_identifiers(
+        containerd: Any, control_plane: Any, tmp_path: Path) -> None:
+    async with cluster_node(containerd, control_plane, tmp_path) as node:
+        cfg, sec = f"bin-{node.name}", f"grp-{node.name}"
+        binary = bytes([0xDE, 0xCA, 0xFE, 0xBA, 0xD0, 0xFE, 0xFF])
+        await node.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cfg},
+                           "data": {"data-1": "value-1"},
+                           "binaryData": {"dump.bin": base64.b64encode(binary).decode()}})
+        await node.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": sec},
+                           "stringData": {"data-1": "secret-1"}})
+        pod = await node.run_pod(f"owned-{node.name}", container(
+            "main",
+            envFrom=[{"configMapRef": {"name": cfg}}, {"prefix": "p-", "configMapRef": {"name": cfg}}],
+            volumeMounts=[{"name": "cfg", "mountPath": "/etc/cfg"}, {"name": "sec", "mountPath": "/etc/sec"},
+                          {"name": "proj", "mountPath": "/etc/proj"}]),
+            securityContext={"runAsUser": 1000, "fsGroup": 1001},
+            volumes=[{"name": "cfg", "configMap": {"name": cfg, "defaultMode": 0o440}},
+                     {"name": "sec", "secret": {"secretName": sec, "defaultMode": 0o400}},
+                     {"name": "proj", "projected": {"sources": [{"configMap": {"name": cfg}},
+                                                                {"secret": {"name": sec,
+                                                                            "items": [{"key": "data-1",
+                                                                                       "path": "s"}]}}]}}])
+        uid = pod["metadata"]["uid"]
+        # binaryData keys are files with their exact bytes, in configMap and projected volumes.
+        for path in ("/etc/cfg/dump.bin", "/etc/proj/dump.bin"):
+            assert "de ca fe ba d0 fe ff" in await node.output(uid, "main", "hexdump", "-C", path)
+        # fsGroup: the read-only content is mode | 0440 and the group's, so user 1000 reads
+        # files it does not own through its supplemental group 1001.
+        modes = await node.output(uid, "main", "stat", "-L", "-c", "%A %u %g", "/etc/cfg/data-1", "/etc/sec/data-1",
+                                  "/etc/proj/s", f"{SA_DIR}/token")
+        assert modes.splitlines() == ["-r--r----- 0 1001", "-r--r----- 0 1001", "-rw-r--r-- 0 1001",
+                                      "-rw-r----- 0 1001"]  # the token: 0600 | 0440
+        assert await node.output(uid, "main", "cat", "/etc/sec/data-1") == "secret-1"
+        assert (await node.output(uid, "main", "head", "-c", "20", f"{SA_DIR}/token")).startswith("ey")
+        # envFrom keys that are no shell identifiers reach the container (busybox `env`, no
+        # shell in between: an old ash drops such names from what it passes on).
+        env = env_of(await node.output(uid, "main", "env"))
+        assert env["data-1"] == "value-1" and env["p-data-1"] == "value-1"
+
+
+async def test_downward_api_volumes_follow_the_pods_labels_and_annotations(
+        containerd: Any, control_plane: Any, tmp_path: Path) -> None:
+    async with cluster_node(containerd, control_plane, tmp_path) as node:
+        items = [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                 {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]
+        name = f"meta-{node.name}"
+        pod = await node.create({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"key1": "value1"}, "annotations": {"builder": "bar"}},
+            "spec": {"nodeName": node.name, "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
+                     "containers": [container("main", volumeMounts=[{"name": "info", "mountPath": "/info"},
+                                                                     {"name": "proj", "mountPath": "/proj"}])],
+                     "volumes": [{"name": "info", "downwardAPI": {"items": items}},
+                                 {"name": "proj", "projected": {"sources": [{"downwardAPI": {"items": items}}]}}]}})
+        uid = pod["metadata"]["uid"]
+        assert await node.output(uid, "main", "cat", "/info/labels") == 'key1="value1"'
+        assert await node.output(uid, "main", "cat", "/proj/annotations") == 'builder="bar"'
+        volume = node.env.config.root_dir / "pods" / uid / "volumes" / "kubernetes.io~downward-api" / "info"
+        before = (volume / "..data").readlink()
+
+        await node.kubectl("label", "pod", name, "key3=value3")
+        await node.kubectl("annotate", "pod", name, "--overwrite", "builder=foo")
+
+        async def follows(path: str, text: str) -> bool:
+            return await node.output(uid, "main", "cat", path) == text
+
+        # Within seconds of the change, not at the next one-minute resync.
+        for directory in ("/info", "/proj"):
+            await wait_for(lambda d=directory: follows(f"{d}/labels", 'key1="value1"\nkey3="value3"'), 20,
+                           f"{directory}/labels to follow the pod's labels")
+            await wait_for(lambda d=directory: follows(f"{d}/annotations", 'builder="foo"'), 20,
+                           f"{directory}/annotations to follow the pod's annotations")
+        assert (volume / "..data").readlink() != before  # a new payload, swapped in atomically
+        assert not (volume / before).exists()
+
+
 async def test_standalone_reports_what_needs_the_api_and_runs_the_pod(containerd: Any, tmp_path: Path) -> None:
     async with running_agent(containerd, tmp_path) as env:
         env.write("p.yaml", {
@@ -437,8 +513,8 @@ async def test_volume_payloads_take_items_modes_and_optional_sources() -> None:
         with pytest.raises(VolumeError) as caught:
             await payload(name)
         assert str(caught.value) == message
-    with pytest.raises(VolumeError, match="binary"):
-        as_text(await payload("binary"))
+    # Bytes that are no UTF-8 are files like any other (binaryData, binary secrets).
+    assert await payload("binary") == {"s": (b"S", 0o644), "raw": (b"\xff\x00", 0o644)}
 
 
 async def _no_token(audience: str, seconds: int) -> str:

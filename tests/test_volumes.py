@@ -6,13 +6,18 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import anyio
 import pytest
+import structlog
 
 from conformance.contract import StageContract
+from nodeagent.clock import ManualClock
 from nodeagent.model import EmptyDirVolumeSource, HostPathVolumeSource, Pod
-from plugins.volumes import sources
+from nodeagent.stash import Stash
+from plugins.volumes import VolumesStage, ownership, sources
 from plugins.volumes.mountinfo import mounts_under
 from tests.agent_helpers import AgentEnv, running_agent, wait_for
 from tests.test_pod_spec import container, output, pod, run_in
@@ -193,6 +198,51 @@ async def test_downward_api_volume_files_and_modes(containerd: Any, tmp_path: Pa
         assert os.readlink(target / "nested") == "..data/nested"
 
 
+async def test_fs_group_owns_empty_dir_and_downward_api_volumes(containerd: Any, tmp_path: Path) -> None:
+    """SetVolumeOwnership: the volumes belong to the fsGroup (group rw, or r for downwardAPI
+    content; setgid directories), so that what a container of any user creates belongs to it
+    too (EmptyDir "when FSGroup is specified" tests)."""
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("g.yaml", pod(
+            "owned",
+            container("user", "echo x > /scratch/by-user; echo y > /mem/by-user; exec sleep 3600",
+                      securityContext={"runAsUser": 1001},
+                      volumeMounts=[{"name": "scratch", "mountPath": "/scratch"},
+                                    {"name": "mem", "mountPath": "/mem"},
+                                    {"name": "mem", "mountPath": "/sub", "subPath": "test-sub"},
+                                    {"name": "info", "mountPath": "/info"}]),
+            container("root", volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}]),
+            securityContext={"fsGroup": 123, "fsGroupChangePolicy": "OnRootMismatch"},
+            volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "mem", "emptyDir": {"medium": "Memory"}},
+                     {"name": "info", "downwardAPI": {"defaultMode": 0o400, "items": [
+                         {"path": "dir/name", "fieldRef": {"fieldPath": "metadata.name"}}]}}],
+        ))
+
+        async def stat_of(container_name: str, *paths: str) -> list[str]:
+            out = await output(env, "owned", container_name, "stat", "-L", "-c", "%A %u %g", *paths)
+            return out.splitlines()
+
+        async def created() -> bool:
+            return (await run_in(env, "owned", "user", "test", "-f", "/mem/by-user"))[0] == 0
+
+        await wait_for(created, 30, "the non-root container's files")
+        # The volume roots: group 123, group rwx, setgid (a tmpfs root keeps its sticky bit).
+        assert await stat_of("user", "/scratch", "/mem") == ["drwxrwsrwx 0 123", "drwxrwsrwt 0 123"]
+        # A missing subPath is made with the volume's mode, and inherits its group.
+        assert await stat_of("user", "/sub") == ["drwxrwsrwt 0 123"]
+        # New files belong to the fsGroup, whoever made them.
+        await output(env, "owned", "root", "sh", "-c", "echo z > /scratch/by-root")
+        assert await stat_of("root", "/scratch/by-user", "/scratch/by-root") == [
+            "-rw-r--r-- 1001 123", "-rw-r--r-- 0 123"]
+        # downwardAPI content: mode | 0440, so the group (the container's supplemental group)
+        # reads a 0400 file it does not own.
+        assert await stat_of("user", "/info/dir/name", "/info/dir") == ["-r--r----- 0 123", "drwxr-sr-x 0 123"]
+        assert await output(env, "owned", "user", "cat", "/info/dir/name") == f"owned-{env.node}"
+        assert "123" in (await output(env, "owned", "user", "id", "-G")).split()
+        conditions = {c["type"]: c for c in env.status_of("owned").get("conditions", [])}
+        assert "fsGroupChangePolicy" not in conditions.get("nodeagent.io/UnhonouredFields", {}).get("message", "")
+
+
 class TestVolumesContract(StageContract):
     plugin = "volumes"
 
@@ -248,3 +298,66 @@ def test_atomic_writer_swaps_the_payload(tmp_path: Path) -> None:
     assert not (tmp_path / first).exists(), "the previous payload is removed"
     with pytest.raises(sources.SetupError):
         sources.write_atomically(tmp_path, {"../escape": ("x", 0o644)})
+
+
+def test_volume_ownership_groups_everything_and_leaves_symlink_targets_alone(tmp_path: Path) -> None:
+    root = tmp_path / "vol"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "f").write_text("x")
+    os.chmod(root / "d" / "f", 0o400)
+    (root / "link").symlink_to("d/f")
+    ownership.set_volume_ownership(root, 4321, read_only=False)
+    for path in (root, root / "d", root / "d" / "f"):
+        assert path.lstat().st_gid == 4321
+    assert (root / "link").lstat().st_gid == 4321  # lchown: the link itself
+    assert stat.S_IMODE((root / "d" / "f").stat().st_mode) == 0o660 | 0o400  # rw for the group
+    assert stat.S_IMODE((root / "d").stat().st_mode) & 0o2070 == 0o2070  # setgid, group rwx
+    ownership.set_volume_ownership(root, 4321, read_only=True)  # again, read-only: nothing narrows
+    assert stat.S_IMODE((root / "d" / "f").stat().st_mode) == 0o660
+
+
+def test_atomic_writer_takes_bytes_and_gives_each_payload_to_the_fs_group(tmp_path: Path) -> None:
+    binary = bytes([0xDE, 0xCA, 0xFE, 0xBA, 0xD0, 0xFE, 0xFF])
+    assert sources.write_atomically(tmp_path, {"dump.bin": (binary, 0o400), "t": ("text", 0o644)}, fs_group=4321)
+    assert (tmp_path / "dump.bin").read_bytes() == binary
+    data = tmp_path / "..data"
+    assert stat.S_IMODE((data / "dump.bin").stat().st_mode) == 0o440 and (data / "dump.bin").stat().st_gid == 4321
+    assert data.resolve().stat().st_mode & stat.S_ISGID and tmp_path.stat().st_gid == 4321
+    # Ownership is part of the payload's identity: the same payload is not rewritten.
+    assert not sources.write_atomically(tmp_path, {"dump.bin": (binary, 0o400), "t": ("text", 0o644)}, fs_group=4321)
+
+
+async def test_observe_rewrites_downward_api_files_when_a_new_spec_arrives(tmp_path: Path) -> None:
+    """No sleeping: the stage looks for a new ``ctx.pod`` on the injected clock."""
+    def spec(labels: dict[str, str]) -> Pod:
+        return Pod.model_validate({
+            "metadata": {"name": "p", "uid": "u", "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "i", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+                     "volumes": [{"name": "v", "downwardAPI": {"items": [
+                         {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}})
+
+    clock = ManualClock()
+    ctx = SimpleNamespace(pod=spec({"a": "1"}), clock=clock, pod_dir=tmp_path, stash=Stash(),
+                          node=SimpleNamespace(ip="", allocatable={}), log=structlog.get_logger("test"),
+                          status=SimpleNamespace(container_waiting=lambda *a: None))
+    stage = VolumesStage()
+    assert (await stage.prepare(ctx)).verdict.value == "Continue"  # type: ignore[arg-type]
+    labels = tmp_path / "volumes" / sources.DOWNWARD_API / "v" / "labels"
+    assert labels.read_text() == 'a="1"'
+
+    async def asleep() -> bool:
+        await anyio.sleep(0.01)
+        return clock.sleepers > 0
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stage.observe, ctx)  # type: ignore[arg-type]
+        await wait_for(asleep, 5, "observe asleep")
+        first = os.readlink(labels.parent / "..data")
+        clock.advance(30)
+        await wait_for(asleep, 5, "observe asleep again")
+        assert os.readlink(labels.parent / "..data") == first  # nothing new: nothing rewritten
+        ctx.pod = spec({"a": "1", "b": "2"})  # what the worker does when the source sees an edit
+        clock.advance(1)
+        await wait_for(asleep, 5, "observe asleep after the change")
+        assert labels.read_text() == 'a="1"\nb="2"'
+        tg.cancel_scope.cancel()

@@ -17,7 +17,10 @@ the kubelet's ``MountVolume.SetUp failed for volume "v" : configmap "x" not foun
 it makes the container wait with ``CreateContainerConfigError`` once the sandbox runs, as with
 the kubelet. observe re-reads everything every ``resyncSeconds`` (sooner while something is
 missing) so that volumes follow their objects and containers that (re)start get current env,
-and refreshes each token at 80% of its lifetime. unprepare unmounts and removes the volumes.
+and refreshes each token at 80% of its lifetime; a changed pod (labels, annotations) is
+resolved at once, so that projected downwardAPI files follow it. With ``securityContext.fsGroup``
+every volume is given to that group (:mod:`plugins.volumes.ownership`). unprepare unmounts and
+removes the volumes.
 
 Standalone (no API client) the stage does nothing and reports these fields as unhonoured.
 Configuration (section ``apivolumes``): ``resyncSeconds`` (60), ``tokenRefreshFraction`` (0.8).
@@ -46,8 +49,8 @@ from plugins.apivolumes.payload import (
     CONFIG_MAP,
     PROJECTED,
     SECRET,
+    Payload,
     VolumeError,
-    as_text,
     in_memory,
     plugin_dir,
     volume_payload,
@@ -70,6 +73,8 @@ from plugins.volumes.mountinfo import (
     unmount,
 )
 from plugins.volumes.mounts import MountConfigError, PreparedVolume, container_mounts
+from plugins.volumes.ownership import fs_group_of
+from plugins.volumes.specwatch import pod_changed
 
 FAILED_MOUNT = "FailedMount"
 CONFIG_ERROR = "CreateContainerConfigError"
@@ -197,7 +202,7 @@ class ApiVolumesStage(Prepare, Observe):
             assert plugin is not None
             path = ctx.pod_dir / "volumes" / plugin / volume.name
             try:
-                payload = as_text(await volume_payload(volume, pod, reader, token, facts))
+                payload = await volume_payload(volume, pod, reader, token, facts)
                 await self._write(ctx, volume, path, payload)
             except (VolumeError, sources.SetupError, MountError, OSError) as exc:
                 found.volume_errors[volume.name] = str(exc)
@@ -237,13 +242,14 @@ class ApiVolumesStage(Prepare, Observe):
                 break
         return found
 
-    async def _write(self, ctx: PodContext, volume: Volume, path: Path, payload: Mapping[str, tuple[str, int]]) -> None:
+    async def _write(self, ctx: PodContext, volume: Volume, path: Path, payload: Payload) -> None:
         path.mkdir(parents=True, exist_ok=True)
         if in_memory(volume) and not is_mount_point(path):
             size = sources.tmpfs_size(EmptyDirVolumeSource(medium="Memory"), ctx.pod,
                                       ctx.node.allocatable.get("memory", 0))
             await mount_tmpfs(path, size)
-        if await anyio.to_thread.run_sync(sources.write_atomically, path, payload):
+        # fsGroup: the writer gives each new payload to the group before it becomes visible.
+        if await anyio.to_thread.run_sync(sources.write_atomically, path, payload, fs_group_of(ctx.pod)):
             ctx.log.debug("volume written", volume=volume.name, files=sorted(payload))
 
     # --- contributions -------------------------------------------------------------------
@@ -280,6 +286,7 @@ class ApiVolumesStage(Prepare, Observe):
             return
         retry = FIRST_RETRY_SECONDS
         complete = True
+        seen = ctx.pod
         while True:
             now = ctx.clock.now()
             if complete:
@@ -289,7 +296,10 @@ class ApiVolumesStage(Prepare, Observe):
             else:
                 wake = now + retry
                 retry = min(retry * 2, self.settings.resync_seconds)
-            await ctx.clock.sleep(max(wake - now, 0.0))
+            # A changed pod (labels, annotations) is resolved at once: projected downwardAPI
+            # files follow it as the kubelet's pod sync makes them.
+            await pod_changed(ctx, seen, max(wake - now, 0.0))
+            seen = ctx.pod
             found = await self._resolve(ctx)
             if found.mount_error is None:
                 self._contribute(ctx, found)

@@ -1,5 +1,6 @@
 """The files of configMap, secret and projected volumes (pkg/volume/configmap, secret and
-projected MakePayload / collectData): relative path → (content, mode).
+projected MakePayload / collectData): relative path → (content, mode). Content is bytes:
+configMap binaryData and secrets need not be text.
 
 Errors carry the kubelet's messages; the stage prefixes them with ``MountVolume.SetUp failed
 for volume "<name>" :`` (the FailedMount event).
@@ -20,6 +21,7 @@ from plugins.apivolumes.objects import Kind, ObjectData, ObjectReader, ObjectUna
 from plugins.apivolumes.tokens import TokenUnavailable
 from plugins.runtime.env import FieldError, PodFacts
 from plugins.volumes import sources
+from plugins.volumes.ownership import fs_group_of
 
 Payload = dict[str, tuple[bytes, int]]
 TokenSource = Callable[[str, int], Awaitable[str]]
@@ -124,23 +126,11 @@ async def _projected(source: ProjectedVolumeSource, pod: Pod, reader: ObjectRead
             elif projection.service_account_token is not None:
                 sat = projection.service_account_token
                 value = await token(sat.audience, sat.expiration_seconds)
-                payload[sat.path] = (value.encode(), mode)
+                # With an fsGroup the kubelet writes the token 0600 and lets ownership open it
+                # to the group (0640): the pod's users read it, others on the node do not.
+                payload[sat.path] = (value.encode(), 0o600 if fs_group_of(pod) is not None else mode)
         except (VolumeError, TokenUnavailable, FieldError) as exc:
             errors.append(str(exc))
     if errors:
         raise VolumeError(errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]")
     return payload
-
-
-def as_text(payload: Payload) -> dict[str, tuple[str, int]]:
-    """The form plugins/volumes' atomic writer takes (text files)."""
-    text: dict[str, tuple[str, int]] = {}
-    for path, (content, mode) in payload.items():
-        try:
-            text[path] = (content.decode("utf-8"), mode)
-        except UnicodeDecodeError:
-            # The shared atomic writer (plugins/volumes/sources.write_atomically) writes text;
-            # binary files wait for it to take bytes.
-            raise VolumeError(f"file {path!r} is binary (not UTF-8); nodeagent's volume writer "
-                              "writes text files only") from None
-    return text

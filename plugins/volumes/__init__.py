@@ -3,9 +3,11 @@
 prepare (before the runtime stage creates the sandbox) sets each volume up under
 ``<rootDir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`` — emptyDir (a 0777 directory,
 or a tmpfs for medium Memory), hostPath (its type check), downwardAPI (files written
-atomically) — and contributes each container's volumeMounts as CRI mounts through
-:mod:`nodeagent.additions`. unprepare, which runs only once no container of the pod runs,
-unmounts the tmpfs mounts and removes the volume directories.
+atomically) — gives emptyDir and downwardAPI volumes to the pod's ``fsGroup``
+(:mod:`plugins.volumes.ownership`), and contributes each container's volumeMounts as CRI
+mounts through :mod:`nodeagent.additions`. observe rewrites downwardAPI volumes when the pod's
+labels, annotations or spec change. unprepare, which runs only once no container of the pod
+runs, unmounts the tmpfs mounts and removes the volume directories.
 
 Volume sources nodeagent does not implement (configMap, secret, projected, ...) are reported
 as unhonoured fields by the model; mounts of them are skipped.
@@ -13,6 +15,7 @@ as unhonoured fields by the model; mounts of them are skipped.
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,13 +25,15 @@ import anyio
 
 from cri import types as t
 from nodeagent.additions import CONTAINER_ADDITIONS, contribute
-from nodeagent.model import Volume
-from nodeagent.stages import AgentHandle, PodContext, Prepare, Result
+from nodeagent.model import DownwardAPIVolumeSource, Volume
+from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
 from plugins.runtime.env import FieldError, PodFacts, container_env
 from plugins.volumes import sources
 from plugins.volumes.mountinfo import MountError, mounts_under, unmount
 from plugins.volumes.mounts import MountConfigError, PreparedVolume, container_mounts
+from plugins.volumes.ownership import fs_group_of, set_volume_ownership
+from plugins.volumes.specwatch import RESYNC_SECONDS, pod_changed
 
 CONTRIBUTED = StashKey[dict[str, list[t.Mount]]]("volumes.contributed")
 """Container name → the mounts this stage added, so that a second prepare replaces them."""
@@ -37,7 +42,7 @@ FAILED_MOUNT = "FailedMount"
 CONFIG_ERROR = "CreateContainerConfigError"
 
 
-class VolumesStage(Prepare):
+class VolumesStage(Prepare, Observe):
     name: ClassVar[str] = "volumes"
 
     async def prepare(self, ctx: PodContext) -> Result:
@@ -72,17 +77,53 @@ class VolumesStage(Prepare):
             path = ctx.pod_dir / "volumes" / sources.EMPTY_DIR / volume.name
             if volume.empty_dir.medium == "" and volume.empty_dir.size_limit is not None:
                 ctx.log.warning("emptyDir sizeLimit on the node's disk is not enforced", volume=volume.name)
-            await sources.setup_empty_dir(path, volume.empty_dir, pod, ctx.node.allocatable.get("memory", 0))
+            fresh = await sources.setup_empty_dir(path, volume.empty_dir, pod, ctx.node.allocatable.get("memory", 0))
+            fs_group = fs_group_of(pod)
+            if fresh and fs_group is not None:
+                # Only when made now, as the kubelet (its ready file): after an agent restart
+                # the files are the containers' own and keep the owners they gave them.
+                await anyio.to_thread.run_sync(
+                    functools.partial(set_volume_ownership, path, fs_group, read_only=False))
             return PreparedVolume(path)
         if volume.host_path is not None:
             await anyio.to_thread.run_sync(sources.check_host_path, volume.host_path)
             return PreparedVolume(Path(volume.host_path.path))
         if volume.downward_api is not None:
-            path = ctx.pod_dir / "volumes" / sources.DOWNWARD_API / volume.name
-            payload = sources.downward_payload(volume.downward_api, pod, facts)
-            await anyio.to_thread.run_sync(sources.write_atomically, path, payload)
+            path = await self._write_downward(ctx, volume, volume.downward_api, facts)
             return PreparedVolume(path, read_only=True)
         return None  # a source nodeagent does not implement: reported, not mounted
+
+    @staticmethod
+    async def _write_downward(ctx: PodContext, volume: Volume, source: DownwardAPIVolumeSource,
+                              facts: PodFacts) -> Path:
+        path = ctx.pod_dir / "volumes" / sources.DOWNWARD_API / volume.name
+        payload = sources.downward_payload(source, ctx.pod, facts)
+        if await anyio.to_thread.run_sync(sources.write_atomically, path, payload, fs_group_of(ctx.pod)):
+            ctx.log.debug("downwardAPI volume written", volume=volume.name, files=sorted(payload))
+        return path
+
+    # --- observe: downwardAPI files follow the pod's metadata ----------------------------
+
+    async def observe(self, ctx: PodContext) -> None:
+        """Rewrite downwardAPI volumes (atomically) when the pod's spec or metadata change,
+        e.g. labels or annotations edited in the API; the kubelet remounts them on each pod
+        sync. Containers see the new files through the ``..data`` swap, never half of them."""
+        mounted = {m.name for c in ctx.pod.all_containers() for m in c.volume_mounts}
+        if not any(v.downward_api is not None and v.name in mounted for v in ctx.pod.spec.volumes):
+            return
+        seen = ctx.pod
+        while True:
+            await pod_changed(ctx, seen, RESYNC_SECONDS)
+            seen = ctx.pod
+            facts = PodFacts(host_ips=(ctx.node.ip,) if ctx.node.ip else (), allocatable=dict(ctx.node.allocatable))
+            for volume in seen.spec.volumes:
+                if volume.downward_api is None or volume.name not in mounted:
+                    continue
+                try:
+                    await self._write_downward(ctx, volume, volume.downward_api, facts)
+                except (sources.SetupError, FieldError, OSError) as exc:
+                    # The files keep their last content; the next change or resync tries again.
+                    ctx.log.warning("downwardAPI volume refresh failed", volume=volume.name, error=str(exc))
 
     @staticmethod
     def _contribute(ctx: PodContext, table: Mapping[str, list[t.Mount]]) -> None:

@@ -23,6 +23,7 @@ from nodeagent.model import (
     Pod,
 )
 from plugins.runtime.env import FieldError, PodFacts, metadata_value, resource_value
+from plugins.volumes import ownership
 from plugins.volumes.mountinfo import is_mount_point, mount_tmpfs
 
 EMPTY_DIR = "kubernetes.io~empty-dir"
@@ -54,15 +55,20 @@ def tmpfs_size(volume: EmptyDirVolumeSource, pod: Pod, allocatable_memory: int) 
     return size
 
 
-async def setup_empty_dir(path: Path, volume: EmptyDirVolumeSource, pod: Pod, allocatable_memory: int) -> None:
-    """A directory every user can write (0777); with medium Memory, a tmpfs mounted on it."""
+async def setup_empty_dir(path: Path, volume: EmptyDirVolumeSource, pod: Pod, allocatable_memory: int) -> bool:
+    """A directory every user can write (0777); with medium Memory, a tmpfs mounted on it.
+    Returns whether the volume was made now (False: an earlier prepare made it, and what
+    containers wrote into it since is theirs)."""
+    fresh = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     if volume.medium == "Memory":
         if not is_mount_point(path):
             await mount_tmpfs(path, tmpfs_size(volume, pod, allocatable_memory))
-        return
+            return True
+        return False
     if stat.S_IMODE(path.stat().st_mode) != 0o777:
         os.chmod(path, 0o777)  # the umask must not narrow it
+    return fresh
 
 
 # --- hostPath ------------------------------------------------------------------------------
@@ -127,34 +133,57 @@ def _validate(rel: str) -> None:
         raise SetupError(f"invalid downwardAPI item path {rel!r}")
 
 
-def _current_payload(target: Path) -> dict[str, tuple[str, int]] | None:
+Content = str | bytes
+"""File content: text (downward API values) or bytes (configMap binaryData, secrets)."""
+
+
+def _current_payload(target: Path) -> dict[str, tuple[bytes, int, int]] | None:
+    """Relative path → (content, mode, gid) of the files ``..data`` shows now."""
     data = target / DATA_DIR
     if not data.is_dir():
         return None
-    found: dict[str, tuple[str, int]] = {}
+    found: dict[str, tuple[bytes, int, int]] = {}
     for file in data.rglob("*"):
         if file.is_file():
-            found[str(file.relative_to(data))] = (file.read_text(), stat.S_IMODE(file.stat().st_mode))
+            info = file.stat()
+            found[str(file.relative_to(data))] = (file.read_bytes(), stat.S_IMODE(info.st_mode), info.st_gid)
     return found
 
 
-def write_atomically(target: Path, payload: Mapping[str, tuple[str, int]]) -> bool:
+def _as_bytes(content: Content) -> bytes:
+    return content.encode() if isinstance(content, str) else content
+
+
+def write_atomically(target: Path, payload: Mapping[str, tuple[Content, int]], fs_group: int | None = None) -> bool:
     """The kubelet's atomic writer: the payload goes into a fresh ``..<timestamp>`` directory,
     ``..data`` is switched to it with one rename, and each top-level name is a symlink through
-    ``..data``; a reader never sees half an update. Returns whether anything changed."""
+    ``..data``; a reader never sees half an update. Returns whether anything changed.
+
+    With ``fs_group`` the whole volume is given to that group (read-only mask) after the new
+    payload is written and before it becomes visible, as the kubelet's configMap, secret,
+    projected and downwardAPI plugins do through the writer's setPerms hook."""
     for rel in payload:
         _validate(rel)
     target.mkdir(parents=True, exist_ok=True)
-    if _current_payload(target) == dict(payload):
+    wanted_files = {
+        rel: (_as_bytes(content),
+              ownership.owned_mode(mode, read_only=True) if fs_group is not None else stat.S_IMODE(mode))
+        for rel, (content, mode) in payload.items()}
+    current = _current_payload(target)
+    if current is not None and {rel: (c, m) for rel, (c, m, _) in current.items()} == wanted_files \
+            and (fs_group is None or all(gid == fs_group for _, _, gid in current.values())):
         return False
     stamp = time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime()) + f"{time.time_ns() % 10**9:09d}"
     fresh = target / stamp
     fresh.mkdir(mode=0o755)
+    os.chmod(fresh, 0o755)  # others must reach the files whatever the agent's umask
     for rel, (content, mode) in payload.items():
         file = fresh / rel
         file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(content)
+        file.write_bytes(_as_bytes(content))
         os.chmod(file, mode)
+    if fs_group is not None:
+        ownership.set_volume_ownership(target, fs_group, read_only=True)
     old = os.readlink(target / DATA_DIR) if (target / DATA_DIR).is_symlink() else None
     tmp_link = target / DATA_DIR_TMP
     if tmp_link.is_symlink() or tmp_link.exists():

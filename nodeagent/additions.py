@@ -8,6 +8,7 @@ runtime stage stays the only caller of CreateContainer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cri import types as t
@@ -30,6 +31,8 @@ class ApiEnv:
     error: str = ""
     """A required object or key is missing (or could not be read): the kubelet's message; the
     container cannot be created (CreateContainerConfigError) until it is resolved."""
+    services: Mapping[str, str] = field(default_factory=dict)
+    """Service variables (FOO_SERVICE_HOST, ...): the lowest precedence, visible to $(VAR)."""
 
 
 @dataclass

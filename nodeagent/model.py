@@ -235,9 +235,9 @@ class ContainerRestartRuleOnExitCodes(_ApiModel):
 
 
 class ContainerRestartRule(_ApiModel):
-    # RestartAllContainers (an alpha-then-beta action) is not modelled: a pod using it is
-    # refused as invalid rather than run with a rule we do not carry out.
-    action: Literal["Restart"]
+    # Restart: this container; RestartAllContainers (beta since v1.36): every container of the
+    # pod, init containers again first, in the same sandbox (plugins/runtime/restartall.py).
+    action: Literal["Restart", "RestartAllContainers"]
     exit_codes: ContainerRestartRuleOnExitCodes | None = None
 
 
@@ -246,10 +246,10 @@ class Container(_ApiModel):
     image: str
     lifecycle: Lifecycle | None = None
     restart_policy: Literal["Always", "OnFailure", "Never"] | None = None
-    """On an init container only "Always", which makes it a sidecar (a restartable init
-    container); on a regular container (ContainerRestartRules) it overrides the pod's policy."""
+    """"Always" on an init container makes it a sidecar (a restartable init container);
+    otherwise (ContainerRestartRules) it overrides the pod's policy for this container."""
     restart_policy_rules: list[ContainerRestartRule] = Field(default_factory=list)
-    """Regular containers: evaluated in order on exit before ``restart_policy``."""
+    """Evaluated in order on exit, before ``restart_policy``."""
     security_context: SecurityContext | None = None
     volume_mounts: list[VolumeMount] = Field(default_factory=list)
     command: list[str] = Field(default_factory=list)
@@ -473,16 +473,11 @@ class PodSpec(_ApiModel):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"container names must be unique across initContainers and containers: {duplicates}")
-        for c in self.init_containers:
-            if c.restart_policy not in (None, "Always"):
-                raise ValueError(f"init container {c.name!r}: restartPolicy may only be Always")
-            if c.restart_policy_rules:
-                raise ValueError(f"init container {c.name!r}: restartPolicyRules are not supported on init containers")
-        for c in self.containers:
+        for c in (*self.init_containers, *self.containers):
             if c.restart_policy_rules and c.restart_policy is None:
                 raise ValueError(f"container {c.name!r}: restartPolicyRules need a container restartPolicy")
         for c in self.init_containers:
-            if c.restart_policy is None and (c.lifecycle or c.liveness_probe or c.readiness_probe or c.startup_probe):
+            if c.restart_policy != "Always" and (c.lifecycle or c.liveness_probe or c.readiness_probe or c.startup_probe):
                 raise ValueError(f"init container {c.name!r}: lifecycle and probes need restartPolicy: Always")
         claims = {c.name for c in self.resource_claims}
         for c in (*self.init_containers, *self.containers):
@@ -515,6 +510,7 @@ class PodSpec(_ApiModel):
     service_account_name: str = ""
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     enable_service_links: bool | None = None
+    """False: no service variables from the pod's namespace (plugins/apivolumes/services.py)."""
     scheduling_group: PodSchedulingGroup | None = None
     workload_ref: WorkloadReference | None = None
     resource_claims: list[PodResourceClaim] = Field(default_factory=list)
@@ -561,7 +557,6 @@ _SILENTLY_ACCEPTED: frozenset[str] = frozenset(
         "spec.priority",
         "spec.priorityClassName",
         "spec.tolerations",
-        "spec.enableServiceLinks",
         "spec.serviceAccountName",
         "spec.serviceAccount",
         "spec.automountServiceAccountToken",  # the API server's admission acts on it, not the node

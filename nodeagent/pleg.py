@@ -157,7 +157,10 @@ class Relister:
             uid = c.labels.get(L.POD_UID, "")
             changed_pods.add(uid)
             ref = PodRef(uid=uid, name=c.labels.get(L.POD_NAME, ""), namespace=c.labels.get(L.POD_NAMESPACE, ""))
-            if state == "running" and (old is None or old.state != "running"):
+            # A container that ran and exited between two listings did start: that fact is
+            # published too (the kubelet's Started event must not depend on a listing's timing).
+            started_unseen = state == "exited" and record.started_at and (old is None or old.state not in ("running", "exited"))
+            if (state == "running" and (old is None or old.state != "running")) or started_unseen:
                 events.append(ContainerStarted(pod=ref, source="pleg", container=record.name, container_id=c.id, attempt=record.attempt))
             if state == "exited" and (old is None or old.state != "exited"):
                 events.append(

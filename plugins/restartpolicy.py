@@ -4,7 +4,7 @@ disagree about whether a container will run again."""
 
 from __future__ import annotations
 
-from nodeagent.model import Container, PodSpec
+from nodeagent.model import Container, ContainerRestartRule, PodSpec
 from nodeagent.runtimeview import ContainerRecord
 
 
@@ -13,12 +13,8 @@ def container_should_restart(spec: PodSpec, container: Container, exit_code: int
     container's rules in order (the first whose exit codes match decides), then the
     container's restartPolicy, then the pod's."""
     if container.restart_policy is not None:
-        for rule in container.restart_policy_rules:
-            if rule.exit_codes is None:
-                continue
-            listed = exit_code in rule.exit_codes.values
-            if listed == (rule.exit_codes.operator == "In"):
-                return True  # the only action modelled is Restart
+        if matching_rule(container, exit_code) is not None:
+            return True  # Restart, or RestartAllContainers (which restarts this one too)
         policy = container.restart_policy
     else:
         policy = spec.restart_policy
@@ -27,6 +23,14 @@ def container_should_restart(spec: PodSpec, container: Container, exit_code: int
     if policy == "OnFailure":
         return exit_code != 0
     return True
+
+
+def matching_rule(container: Container, exit_code: int) -> ContainerRestartRule | None:
+    """FindMatchingContainerRestartRule: the first rule whose exit codes match."""
+    for rule in container.restart_policy_rules:
+        if rule.exit_codes is not None and (exit_code in rule.exit_codes.values) == (rule.exit_codes.operator == "In"):
+            return rule
+    return None
 
 
 def should_restart(spec: PodSpec, container: Container, latest: ContainerRecord | None) -> bool:

@@ -26,6 +26,7 @@ from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import AgentHandle, Observe, PodContext
 from nodeagent.stash import StashKey
 from nodeagent.status import rfc3339
+from plugins.runtime import restartall
 from plugins.restartpolicy import container_should_restart, is_sidecar, should_restart
 from plugins.runtime.notes import notes_of
 from plugins.runtime.plan import latest_in, newest_sandbox
@@ -49,6 +50,8 @@ class Facts:
     transitions: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Condition type -> (status, lastTransitionTime), kept while the status stays the same."""
     now: float = 0.0
+    reset_at: int = 0
+    """When the pod was last restarted as a whole (plugins/runtime/restartall.py), ns."""
 
 
 def _ts(ns: int) -> str:
@@ -139,10 +142,11 @@ def pod_phase(pod: Pod, init_statuses: Sequence[Mapping[str, Any]], statuses: Se
             continue
         if s is None or "running" in state:
             pending_init += 1
-        elif "terminated" in state:
-            failed_init += state["terminated"]["exitCode"] != 0
-        elif last is not None:
-            failed_init += last["exitCode"] != 0
+        elif "terminated" in state or last is not None:
+            # Failed for good: a non-zero exit its restart policy does not restart (per
+            # container with ContainerRestartRules; the pod's policy otherwise).
+            code = (state.get("terminated") or last)["exitCode"]
+            failed_init += code != 0 and not container_should_restart(spec, c, code)
         else:
             pending_init += 1
     for c in spec.containers:
@@ -162,7 +166,7 @@ def pod_phase(pod: Pod, init_statuses: Sequence[Mapping[str, Any]], statuses: Se
             final += not container_should_restart(spec, c, last["exitCode"])
         else:
             waiting += 1
-    if failed_init and spec.restart_policy == "Never":
+    if failed_init:
         return "Failed"
     if pending_init or (pending_sidecars and not initialized_before) or waiting:
         return "Pending"
@@ -244,6 +248,8 @@ def compute(pod: Pod, runtime: PodRuntime, facts: Facts | None = None) -> dict[s
     here = latest_in(runtime, sandbox.id) if sandbox is not None else {}
     initialized_before = any(c.name in here and here[c.name].started_at for c in pod.spec.containers)
     phase = pod_phase(pod, init_statuses, statuses, initialized_before)
+    if phase in ("Succeeded", "Failed") and restartall.awaiting_rerun(pod, runtime, facts.reset_at):
+        phase = "Running"  # stopped to run again from the start (the kubelet's RestartingAllContainers)
     status: dict[str, Any] = {
         "phase": phase,
         "conditions": conditions(pod, runtime, init_statuses, statuses, phase, facts),
@@ -307,7 +313,8 @@ class StatusStage(Observe):
             runtime = ctx.observed
             facts = Facts(messages=await _read_messages(ctx, runtime),
                           post_start_running=frozenset(notes.post_start_running),
-                          node_ip=ctx.node.ip, transitions=transitions, now=time.time())
+                          node_ip=ctx.node.ip, transitions=transitions, now=time.time(),
+                          reset_at=restartall.reset_at(ctx.stash))
             status = compute(ctx.pod, runtime, facts)
             for name in settled(ctx.pod, runtime, status["phase"]):
                 # A waiting reason (RunContainerError, ...) only shows while the container is to

@@ -230,6 +230,39 @@ async def test_config_maps_secrets_and_the_service_account_volume_reach_the_cont
         assert not mounts_under(volumes), "the tmpfs mounts must be unmounted after the pod"
 
 
+async def test_containers_see_the_services_of_their_namespace_as_env(
+        containerd: Any, control_plane: Any, tmp_path: Path) -> None:
+    """Upstream's "Pods should contain environment variables for services": Docker-link style
+    variables for each service of the namespace and for default/kubernetes, the lowest
+    precedence, usable in $(VAR); enableServiceLinks: false keeps only the master service."""
+    async with cluster_node(containerd, control_plane, tmp_path) as node:
+        svc = f"svc-{node.name}"
+        made = await node.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": svc},
+                                  "spec": {"selector": {"app": "none"},
+                                           "ports": [{"name": "http-alt", "port": 8765, "targetPort": 8080},
+                                                     {"name": "dns", "port": 53, "protocol": "UDP"}]}})
+        ip = made["spec"]["clusterIP"]
+        var = svc.upper().replace("-", "_")
+        pod = await node.run_pod(f"links-{node.name}", container(
+            "main", env=[{"name": "VIA", "value": f"$({var}_SERVICE_HOST)"},
+                         {"name": f"{var}_SERVICE_PORT", "value": "mine"}]))
+        env = env_of(await node.output(pod["metadata"]["uid"], "main", "env"))
+        assert env[f"{var}_SERVICE_HOST"] == ip and env["VIA"] == ip
+        assert env[f"{var}_SERVICE_PORT"] == "mine"  # the container's own env wins
+        assert env[f"{var}_SERVICE_PORT_HTTP_ALT"] == "8765"
+        assert env[f"{var}_PORT"] == f"tcp://{ip}:8765"
+        assert env[f"{var}_PORT_8765_TCP"] == f"tcp://{ip}:8765"
+        assert (env[f"{var}_PORT_8765_TCP_PROTO"], env[f"{var}_PORT_8765_TCP_PORT"],
+                env[f"{var}_PORT_8765_TCP_ADDR"]) == ("tcp", "8765", ip)
+        assert env[f"{var}_PORT_53_UDP"] == f"udp://{ip}:53"
+        assert env["KUBERNETES_SERVICE_HOST"] and env["KUBERNETES_SERVICE_PORT"] == "443"
+
+        pod = await node.run_pod(f"nolinks-{node.name}", container("main"), enableServiceLinks=False)
+        env = env_of(await node.output(pod["metadata"]["uid"], "main", "env"))
+        assert f"{var}_SERVICE_HOST" not in env
+        assert env["KUBERNETES_SERVICE_HOST"]  # the master service is always there
+
+
 async def _gone(path: Path) -> bool:
     return not path.exists()
 
@@ -434,6 +467,10 @@ class FakeApi:
             raise ApiError(status=Status(code=404, reason="NotFound",
                                          message=f'{resource.__name__.lower()}s "{name}" not found'))
         return SimpleNamespace(data=found.get("data"), binaryData=found.get("binaryData"))
+
+    async def list(self, resource: Any, *, namespace: str | None = None) -> Any:
+        for _ in ():  # no services in these tests: an empty listing
+            yield
 
     async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
         assert self.clock is not None

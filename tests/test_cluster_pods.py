@@ -25,6 +25,7 @@ from cri import types as t
 from nodeagent import events as ev
 from nodeagent import labels as L
 from nodeagent.cluster.kubeevents import KubeEvents
+from plugins.runtime.events import ContainerFailed
 from tests.agent_helpers import (
     BUSYBOX_IMAGE,
     AgentEnv,
@@ -282,6 +283,8 @@ def test_facts_become_the_kubelets_events() -> None:
     events.translate(ev.ContainerStarted(pod=ref, container="main", container_id="old"))
     events.translate(ev.PodWaiting(pod=ref, phase="prepare", reason="FailedMount", message="MountVolume.SetUp failed"))
     events.translate(ev.PodWaiting(pod=ref, phase="permit", reason="GangWaiting"))  # not a kubelet event
+    events.translate(ContainerFailed(pod=ref, container="main", reason="CreateContainerConfigError",
+                                     message="container has runAsNonRoot and image will run as root"))
     events.translate(ev.PodForgotten(pod=ref))
     events.translate(ev.ContainerCreated(pod=ref, container="main", container_id="c2", attempt=1))  # forgotten pod
     got = [(e.involved.field_path, e.type, e.reason, e.message) for e in events._queue]
@@ -290,6 +293,7 @@ def test_facts_become_the_kubelets_events() -> None:
         ("spec.containers{main}", "Normal", "Created", "Created container: main"),
         ("spec.containers{main}", "Normal", "Started", "Started container main"),
         ("", "Warning", "FailedMount", "MountVolume.SetUp failed"),
+        ("spec.containers{main}", "Warning", "Failed", "Error: container has runAsNonRoot and image will run as root"),
     ]
     assert all(e.involved.uid == "u1" and e.involved.namespace == "ns" for e in events._queue)
 

@@ -229,6 +229,9 @@ async def test_restart_policies_and_exit_reasons(containerd: Any, tmp_path: Path
             == "CreateContainerConfigError", "CreateContainerConfigError")
         assert status["phase"] == "Pending"
         assert not await instances(env, "nonroot")
+        # The fact behind the kubelet's Warning "Failed" event (nodeagent/cluster/kubeevents.py).
+        (failed, *_) = facts(env, "nonroot", "ContainerFailed")
+        assert failed["reason"] == "CreateContainerConfigError" and "runAsNonRoot" in failed["message"]
 
 
 async def test_container_restart_policy_and_rules(containerd: Any, tmp_path: Path) -> None:
@@ -260,6 +263,37 @@ async def test_container_restart_policy_and_rules(containerd: Any, tmp_path: Pat
             assert len(await instances(env, name)) == 1
         # Rules without a container restartPolicy are invalid (API validation): never run.
         assert env.uid_of("bad") is None and not await instances(env, "bad")
+
+
+async def test_restart_all_containers_runs_the_pod_again_from_its_first_init_container(
+        containerd: Any, tmp_path: Path) -> None:
+    """RestartAllContainers (beta; upstream's "Pod Extended (RestartAllContainers)"): an exit
+    that matches such a rule stops every container and runs the pod again in its sandbox, init
+    containers first; a restartPolicy Never pod is not failed by the containers it stopped."""
+    once = "if [ -f /mnt/done ]; then sleep 3600; else touch /mnt/done; exit 42; fi"
+    rule = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]
+    mount = [{"name": "work", "mountPath": "/mnt"}]
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("pods.yaml", pod(
+            "reset", [ctr("source", once, restartPolicy="Never", restartPolicyRules=rule, volumeMounts=mount),
+                      ctr("other", "sleep 3600")],
+            init=[ctr("init", "exit 0"), sidecar("side", "sleep 3600")],
+            restartPolicy="Never", volumes=[{"name": "work", "emptyDir": {}}]))
+        names = ("init", "side", "source", "other")
+
+        def reset_done(s: dict[str, Any]) -> bool:
+            return all(cs_of(s, n).get("restartCount", 0) >= 1 and cs_of(s, n).get("lastState", {}).get("terminated")
+                       for n in names) and all("running" in cs_of(s, n)["state"] for n in ("side", "source", "other"))
+
+        status = await status_where(env, "reset", reset_done, "every container run again")
+        assert status["phase"] == "Running"
+        assert cs_of(status, "source")["lastState"]["terminated"]["exitCode"] == 42
+        assert cs_of(status, "init")["state"]["terminated"]["exitCode"] == 0
+        # Once: the second run of source does not exit, so nothing is reset again.
+        await anyio.sleep(2)
+        assert len(await instances(env, "reset")) == 2 * len(names)  # one run before, one after
+        for n in names:
+            assert cs_of(env.status_of("reset"), n)["restartCount"] == 1
 
 
 # --- init containers --------------------------------------------------------------------

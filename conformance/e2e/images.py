@@ -10,7 +10,7 @@ tests/test_e2e_images.py checks them against the built binary.
 
 | image | how it is built here |
 |---|---|
-| e2e-test-images/busybox:1.37.0-2 | Debian's busybox-static (1.35) + a symlink per applet |
+| e2e-test-images/busybox:1.37.0-2 | Debian's busybox-static (1.35) + a symlink per applet, except /bin/sh: Debian's bash with its libraries (busybox 1.35's ash drops environment variables whose names are not shell identifiers, such as envFrom's `data-1`; upstream's 1.37 passes them on) |
 | e2e-test-images/agnhost:2.66.1 | agnhost compiled from the pinned module (CGO_ENABLED=0), on the busybox layer, laid out like upstream's Dockerfile (/agnhost, /agnhost-2, porter certs, /uploads, users, ENTRYPOINT /agnhost CMD pause) plus a fake-registry tree (/var/registry) holding `pause:testing`, and -- as upstream's alpine base has them -- Debian's bash, curl and OpenBSD nc (tests exec `curl ...`, `/bin/bash -c ...`, `nc -u ...`) with their shared libraries |
 | e2e-test-images/agnhost:2.55 | the same image (AgnhostPrev; the one test using it only changes the image name) |
 | pause:3.10.2 | devenv/pause.c compiled with gcc -static (as devenv's pause:3.10) |
@@ -66,9 +66,9 @@ BUILT_NAMES: tuple[str, ...] = (BUSYBOX, AGNHOST, AGNHOST_PREV, PAUSE, NONROOT, 
 
 # Names whose image is a stand-in rather than the upstream program (see above).
 STAND_INS: dict[str, str] = {
-    BUSYBOX: "Debian's busybox 1.35 under the 1.37.0-2 tag; its ash drops environment "
-             "variables whose names are not shell identifiers (e.g. data-1), which upstream's "
-             "1.37 passes on",
+    BUSYBOX: "Debian's busybox 1.35 under the 1.37.0-2 tag, with Debian's bash as /bin/sh: "
+             "busybox 1.35's ash drops environment variables whose names are not shell "
+             "identifiers (e.g. data-1), which upstream's 1.37 passes on",
     NGINX: "busybox layer under nginx's name, no nginx binary; only "
            "'Pods should have their auto-restart back-off timer reset on image update' "
            "runs it, with command sh -c 'sleep 5'",
@@ -136,12 +136,14 @@ def _busybox_binary() -> tuple[Path, bytes]:
     return path, data
 
 
-def _busybox_base(layer: LayerBuilder, *, passwd: bytes = _PASSWD, group: bytes = _GROUP) -> None:
-    """/bin/busybox + applet symlinks + a minimal /etc, as upstream's busybox image."""
+def _busybox_base(layer: LayerBuilder, *, passwd: bytes = _PASSWD, group: bytes = _GROUP,
+                  without: frozenset[str] = frozenset()) -> None:
+    """/bin/busybox + applet symlinks (but those ``without``) + a minimal /etc, as upstream's
+    busybox image."""
     path, binary = _busybox_binary()
     listing = subprocess.run([str(path), "--list"], check=True, capture_output=True,
                              text=True).stdout
-    applets = sorted({a for a in listing.split() if a and "/" not in a} - {"busybox"})
+    applets = sorted({a for a in listing.split() if a and "/" not in a} - {"busybox"} - without)
     for d in ("bin", "etc", "home", "root", "usr", "usr/bin", "usr/sbin", "usr/local",
               "usr/local/bin", "sbin", "var", "var/www"):
         layer.dir(d, 0o700 if d == "root" else 0o755)
@@ -160,11 +162,16 @@ def _config(**extra: object) -> dict[str, object]:
 
 
 def build_busybox(cache: Path) -> ImageArchive:
+    ensure_debian_packages()
     _, binary = _busybox_binary()
-    path, hit = _cached(cache, "busybox", _key(binary))
+    path, hit = _cached(cache, "busybox", _key(binary, _debian_inputs("/bin/bash")))
     if not hit:
         layer = LayerBuilder()
-        _busybox_base(layer)
+        # /bin/sh is Debian's bash (POSIX mode when called sh): busybox 1.35's ash drops
+        # environment variables whose names are not shell identifiers (envFrom's "data-1"),
+        # which upstream's busybox 1.37 passes on to the commands it runs.
+        _busybox_base(layer, without=frozenset({"sh"}))
+        _Files(layer, _BASE_DIRS).debian_binary(Path("/bin/bash"), "bin/sh")
         write_oci_archive(path, layer.finish(), _config(Cmd=["sh"]), (BUSYBOX,))
     return ImageArchive(path, (BUSYBOX,))
 

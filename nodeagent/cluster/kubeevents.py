@@ -156,6 +156,8 @@ class KubeEvents:
             self.record(at, NORMAL, "Killing", f"Stopping container {container}")
         elif kind == "UnhealthyContainerKilled":
             self.record(at, NORMAL, "Killing", str(getattr(event, "message", "")))
+        elif kind == "ContainerFailed":  # plugins/runtime: cannot configure, create or start
+            self.record(at, WARNING, "Failed", f"Error: {getattr(event, 'message', '')}")
         elif kind == "ContainerBackedOff":
             self.record(at, WARNING, "BackOff", str(getattr(event, "message", "")))
         elif kind == "ProbeFailed":

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -56,6 +56,7 @@ from plugins.apivolumes.payload import (
     volume_payload,
 )
 from plugins.apivolumes.references import api_fields, api_volumes, needs_api
+from plugins.apivolumes.services import ServicesUnavailable, service_env
 from plugins.apivolumes.tokens import (
     REFRESH_FRACTION,
     TOKENS,
@@ -135,8 +136,7 @@ class ApiVolumesStage(Prepare, Observe):
         if ctx.api is None:
             await self._report_unhonoured(ctx)
             return Result.skip()
-        if not needs_api(pod):
-            return Result.skip()
+        # Every API pod: at least its containers' service variables come from the API.
         found = await self._resolve(ctx)
         if found.volume_errors:
             name, message = next(iter(found.volume_errors.items()))
@@ -212,11 +212,19 @@ class ApiVolumesStage(Prepare, Observe):
                 prepared[volume.name] = PreparedVolume(path, read_only=True)  # always read-only (kubelet)
 
         given = ctx.stash.get(CONTAINER_ADDITIONS, {})
+        links = pod.spec.enable_service_links is not False
+        try:
+            services = await service_env(ctx.api, namespace, links)
+        except ServicesUnavailable as exc:
+            found.unreadable.append(str(exc))
+            services = next((entry.api_env.services for entry in given.values() if entry.api_env is not None), {})
         for container in pod.all_containers():
             if not uses_api(container):
+                found.env[container.name] = ApiEnv(services=services)
                 continue
             try:
-                found.env[container.name] = await resolve_env(container, reader, namespace)
+                found.env[container.name] = replace(await resolve_env(container, reader, namespace),
+                                                    services=services)
             except ObjectUnavailable as exc:
                 # Unreadable is not missing: a container that restarts while the API server is
                 # away keeps the env read before (the kubelet's caches serve it likewise).

@@ -185,11 +185,12 @@ def container_env(pod: Pod, container: Container, facts: PodFacts, api: ApiEnv |
     overridden by env. Without ``api`` (standalone), API references are left unset."""
     if api is not None and api.error:
         raise FieldError(api.error)
+    services = api.services if api is not None else {}
     env: dict[str, str] = dict(api.env_from) if api is not None else {}
     for var in container.env:
         value = var.value
         if value:
-            value = expand(value, mapping_for(env))
+            value = expand(value, mapping_for({**services, **env}))
         elif var.value_from is not None:
             source = var.value_from
             if source.field_ref is not None:
@@ -203,7 +204,8 @@ def container_env(pod: Pod, container: Container, facts: PodFacts, api: ApiEnv |
                     continue  # optional and missing: not set at all (the kubelet's `continue`)
                 value = found
         env[var.name] = value
-    return env
+    # Service variables last and only where the container did not set the name itself.
+    return {**services, **env}
 
 
 def expand_command(container: Container, env: Mapping[str, str]) -> tuple[list[str], list[str]]:

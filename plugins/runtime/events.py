@@ -1,5 +1,5 @@
 """The facts the runtime stage publishes beyond the core ones (the kubelet's Killing,
-FailedPostStartHook / FailedPreStopHook and BackOff events)."""
+FailedPostStartHook / FailedPreStopHook, BackOff and Failed events)."""
 
 from __future__ import annotations
 
@@ -43,4 +43,14 @@ class ContainerBackedOff(Event):
     container: str
     container_id: str
     delay_seconds: float
+    message: str
+
+
+class ContainerFailed(Event):
+    """A container could not be configured, created or started (the kubelet's Warning
+    ``Failed`` event, "Error: <message>"): the reason is the container's waiting reason."""
+
+    kind: Literal["ContainerFailed"] = "ContainerFailed"
+    container: str
+    reason: Literal["CreateContainerConfigError", "CreateContainerError", "RunContainerError"]
     message: str

@@ -14,7 +14,7 @@ from typing import Literal
 
 from nodeagent.model import Container, Pod
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
-from plugins.restartpolicy import init_failed, is_sidecar, should_restart
+from plugins.restartpolicy import container_should_restart, init_failed, is_sidecar, should_restart
 
 Kind = Literal["init", "sidecar", "container"]
 
@@ -54,16 +54,18 @@ def newest_sandbox(runtime: PodRuntime) -> SandboxRecord | None:
     return max(runtime.sandboxes, key=lambda s: s.created_at) if runtime.sandboxes else None
 
 
-def latest_in(runtime: PodRuntime, sandbox_id: str) -> dict[str, ContainerRecord]:
-    """The newest instance of each container in ``sandbox_id``."""
+def latest_in(runtime: PodRuntime, sandbox_id: str, since: int = 0) -> dict[str, ContainerRecord]:
+    """The newest instance of each container in ``sandbox_id`` (made after ``since``, ns)."""
     found: dict[str, ContainerRecord] = {}
     for c in sorted(runtime.containers, key=lambda c: (c.attempt, c.created_at)):
-        if c.sandbox_id == sandbox_id:
+        if c.sandbox_id == sandbox_id and c.created_at > since:
             found[c.name] = c
     return found
 
 
-def plan(pod: Pod, runtime: PodRuntime) -> Plan:
+def plan(pod: Pod, runtime: PodRuntime, since: int = 0) -> Plan:
+    """``since``: when the pod was last restarted as a whole (RestartAllContainers): older
+    instances are history only."""
     spec = pod.spec
     sandbox = newest_sandbox(runtime)
     if sandbox is None or not sandbox.ready:
@@ -73,7 +75,7 @@ def plan(pod: Pod, runtime: PodRuntime) -> Plan:
             return Plan(kill_pod=True)
         return Plan(new_sandbox=True)
 
-    here = latest_in(runtime, sandbox.id)
+    here = latest_in(runtime, sandbox.id, since)
     # Any regular container in this sandbox means initialization finished once: init
     # containers never run again in it (they may have been removed since).
     previously_initialized = any(c.name in here for c in spec.containers)
@@ -95,9 +97,10 @@ def plan(pod: Pod, runtime: PodRuntime) -> Plan:
     for c in spec.containers:
         rec = here.get(c.name)
         if rec is None:
-            # First start, or the sandbox was replaced: start it unless its last instance (in
-            # the old sandbox) is done for good under the policy.
-            if should_restart(spec, c, runtime.latest(c.name)):
+            # First start, the sandbox was replaced, or the pod was restarted as a whole: start
+            # it unless its last instance (before) is done for good under the policy.
+            latest = runtime.latest(c.name)
+            if (since and latest is not None and latest.created_at <= since) or should_restart(spec, c, latest):
                 regular.append(step(c, "container"))
         elif rec.running:
             keep += 1
@@ -142,7 +145,12 @@ def _init_actions(pod: Pod, here: dict[str, ContainerRecord], previously_initial
         elif sidecar:
             to_start.append(i)  # exited (or lost): sidecars restart whatever the policy
         elif init_failed(rec):
-            if not restart_on_failure:
+            # Per container (ContainerRestartRules); a lost instance has no exit code to judge.
+            if rec.state == "unknown":
+                restartable = restart_on_failure
+            else:
+                restartable = container_should_restart(pod.spec, c, rec.exit_code)
+            if not restartable:
                 return [], False, True
             to_start.append(i)
         elif rec.exited:

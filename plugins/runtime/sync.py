@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import anyio
 
@@ -27,9 +28,10 @@ from nodeagent.stages import PodContext
 from nodeagent.stash import StashKey
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.container import container_config, container_hash, runtime_inputs
-from plugins.runtime.events import ContainerBackedOff, HookFailed
+from plugins.runtime.events import ContainerBackedOff, ContainerFailed, HookFailed
 from plugins.runtime.hooks import HookError, HookTarget, format_pod, run_hook
 from plugins.runtime.notes import notes_of
+from plugins.runtime import restartall
 from plugins.runtime.plan import Plan, Step, plan
 from plugins.runtime.termination import kill, pod_grace, victim
 from plugins.runtime.termination_message import create_message_file, message_mount
@@ -86,7 +88,11 @@ class Syncer:
     async def sync(self, ctx: PodContext) -> float:
         """One pass; returns how many seconds may pass before the next one is needed."""
         runtime = await fresh(ctx)
-        todo = plan(ctx.pod, runtime)
+        source = restartall.trigger(ctx.pod, runtime, restartall.reset_at(ctx.stash))
+        if source is not None:
+            await self._restart_all(ctx, runtime, source)
+            runtime = await fresh(ctx)
+        todo = plan(ctx.pod, runtime, since=restartall.reset_at(ctx.stash))
         if todo.new_sandbox:
             return await self._replace_sandbox(ctx, runtime)
         if todo.kill_pod:
@@ -117,7 +123,7 @@ class Syncer:
             try:
                 await ctx.runtime.start_container(step.resume.id)
             except CriError as exc:
-                ctx.status.container_waiting(name, "RunContainerError", str(exc.details or exc))
+                await _failed(ctx, name, "RunContainerError", str(exc.details or exc))
                 return 0.0
             finally:
                 acted(ctx)
@@ -189,18 +195,18 @@ class Syncer:
                                       additions=extra, **await runtime_inputs(ctx, sandbox_id, ref))
         except CriError as exc:
             message_file.unlink(missing_ok=True)
-            ctx.status.container_waiting(name, "CreateContainerConfigError", str(exc.details or exc))
+            await _failed(ctx, name, "CreateContainerConfigError", str(exc.details or exc))
             return ERROR_RETRY_SECONDS
         except Exception as exc:  # noqa: BLE001 — the spec cannot be honoured (ContainerConfigError and kin)
             message_file.unlink(missing_ok=True)
-            ctx.status.container_waiting(name, "CreateContainerConfigError", str(exc))
+            await _failed(ctx, name, "CreateContainerConfigError", str(exc))
             ctx.log.warning("cannot configure container", container=name, error=str(exc))
             return ERROR_RETRY_SECONDS
         try:
             container_id = await ctx.runtime.create_container(sandbox_id, config, sandbox_config)
         except CriError as exc:
             message_file.unlink(missing_ok=True)
-            ctx.status.container_waiting(name, "CreateContainerError", str(exc.details or exc))
+            await _failed(ctx, name, "CreateContainerError", str(exc.details or exc))
             ctx.log.warning("creating container failed", container=name, error=str(exc))
             return ERROR_RETRY_SECONDS
         finally:
@@ -211,7 +217,7 @@ class Syncer:
         except CriError as exc:
             # The instance is left exited (containerd: StartError, exit 128); the next pass
             # restarts it per the policy, with back-off, as the kubelet does.
-            ctx.status.container_waiting(name, "RunContainerError", str(exc.details or exc))
+            await _failed(ctx, name, "RunContainerError", str(exc.details or exc))
             ctx.log.warning("starting container failed", container=name, error=str(exc))
             return 0.0
         finally:
@@ -256,6 +262,14 @@ class Syncer:
             await kill(ctx, running, pod_grace(ctx.pod), reason, self.pod_ip(ctx))
             acted(ctx)
 
+    async def _restart_all(self, ctx: PodContext, runtime: PodRuntime, source: ContainerRecord) -> None:
+        """A RestartAllContainers rule matched ``source``'s exit: stop everything that runs,
+        then (the next plans) run the pod again from its first init container."""
+        ctx.log.info("restarting all containers", container=source.name, exit_code=source.exit_code)
+        restartall.begin(ctx.stash)
+        await self._kill_running(ctx, runtime, restartall.REASON)
+        acted(ctx)
+
     async def _replace_sandbox(self, ctx: PodContext, runtime: PodRuntime) -> float:
         """The sandbox died (or vanished): kill what is left, run a new one; the next passes run
         the init containers again in it, then the containers the policy restarts."""
@@ -275,6 +289,14 @@ class Syncer:
         finally:
             acted(ctx)
         return 0.0
+
+
+async def _failed(ctx: PodContext, name: str,
+                  reason: Literal["CreateContainerConfigError", "CreateContainerError", "RunContainerError"],
+                  message: str) -> None:
+    """The container's waiting reason, and the fact (the kubelet's Warning "Failed" event)."""
+    ctx.status.container_waiting(name, reason, message)
+    await ctx.publish(ContainerFailed(container=name, reason=reason, message=message))
 
 
 def _exit_time(ctx: PodContext, record: ContainerRecord) -> float:

@@ -293,6 +293,12 @@ class Container(_ApiModel):
         return "IfNotPresent"
 
 
+
+class EphemeralContainer(Container):
+    """A container added to a running pod (kubectl debug, the ephemeralcontainers subresource):
+    started once, never restarted, no probes, ports or resources (API validation). A
+    ``targetContainerName`` is not modelled: it is reported as not honoured."""
+
 class Sysctl(_ApiModel):
     name: str
     value: str
@@ -464,12 +470,13 @@ class PodOS(_ApiModel):
 class PodSpec(_ApiModel):
     containers: list[Container] = Field(min_length=1)
     init_containers: list[Container] = Field(default_factory=list)
+    ephemeral_containers: list[EphemeralContainer] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _container_rules(self) -> PodSpec:
         # API validation: one name space for init and regular containers; a container-level
         # restartPolicy only on init containers (where Always makes a sidecar).
-        names = [c.name for c in (*self.init_containers, *self.containers)]
+        names = [c.name for c in (*self.init_containers, *self.containers, *self.ephemeral_containers)]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"container names must be unique across initContainers and containers: {duplicates}")

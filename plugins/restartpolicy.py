@@ -6,6 +6,19 @@ from __future__ import annotations
 
 from nodeagent.model import Container, ContainerRestartRule, PodSpec
 from nodeagent.runtimeview import ContainerRecord
+from nodeagent.stash import Stash, StashKey
+
+STARTUP_PASSED: StashKey[set[str]] = StashKey("startup_probe_passed")
+"""Ids of container instances whose startup probe succeeded (written by the probes stage): a
+sidecar with a startup probe counts as started, letting the next container start, only then."""
+
+
+def unstarted_sidecars(spec: PodSpec, running_ids: dict[str, str], stash: Stash) -> frozenset[str]:
+    """Ids of running sidecars (``running_ids``: name → id) whose startup probe has not passed."""
+    passed = stash.get(STARTUP_PASSED, set())
+    return frozenset(cid for c in spec.init_containers
+                     if is_sidecar(c) and c.startup_probe is not None
+                     and (cid := running_ids.get(c.name)) is not None and cid not in passed)
 
 
 def container_should_restart(spec: PodSpec, container: Container, exit_code: int) -> bool:

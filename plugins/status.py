@@ -257,6 +257,10 @@ def compute(pod: Pod, runtime: PodRuntime, facts: Facts | None = None) -> dict[s
     }
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
+    if pod.spec.ephemeral_containers:
+        # Reported, never counted: they decide neither the phase nor readiness.
+        status["ephemeralContainerStatuses"] = [container_status(pod, c, runtime, facts, limit=limit)
+                                                for c in pod.spec.ephemeral_containers]
     ready = runtime.ready_sandbox()
     shown = ready or sandbox
     pod_ip = facts.node_ip if pod.spec.host_network else (shown.pod_ip if shown is not None else "")

@@ -457,3 +457,43 @@ async def test_status_sink_patches_only_changes_and_deletes_after_a_requested_de
     await sink.forget(ref)
     await sink.sync()
     assert deleted == [("ns", "web", "u1", 0)]
+
+
+# --- ephemeral containers ----------------------------------------------------------------------
+
+
+async def test_ephemeral_containers_start_once_in_the_running_pod(
+        control_plane: ControlPlane, containerd: Any, tmp_path: Path) -> None:
+    """Upstream's "Ephemeral Containers will start an ephemeral container in an existing pod":
+    one added through the ephemeralcontainers subresource runs in the pod, shows in
+    ephemeralContainerStatuses, and is never restarted once it exits."""
+    from tests.test_apivolumes import cluster_node, container
+
+    async with cluster_node(containerd, control_plane, tmp_path) as node:
+        name = f"eph-{node.name}"
+        pod = await node.run_pod(name, container("main"))
+        uid = pod["metadata"]["uid"]
+        await wait_for(lambda: node.running(uid, "main"), 60, "main running")
+        patch = {"spec": {"ephemeralContainers": [
+            {"name": "debugger", "image": BUSYBOX_IMAGE, "command": ["sh", "-c", "echo polo; sleep 3600"],
+             "stdin": True, "tty": True},
+            {"name": "once", "image": BUSYBOX_IMAGE, "command": ["sh", "-c", "exit 3"]}]}}
+        await node.kubectl("patch", "pod", name, "--subresource", "ephemeralcontainers", "--type", "strategic",
+                           "-p", json.dumps(patch))
+        assert await node.output(uid, "debugger", "echo", "marco") == "marco"
+
+        async def statuses() -> dict[str, dict[str, Any]] | None:
+            obj = await get_json(control_plane, "pod", name)
+            found = {cs["name"]: cs for cs in (obj or {}).get("status", {}).get("ephemeralContainerStatuses", [])}
+            ok = "running" in found.get("debugger", {}).get("state", {}) and \
+                 "terminated" in found.get("once", {}).get("state", {})
+            return found if ok else None
+
+        found = await wait_for(statuses, 60, "ephemeralContainerStatuses: debugger running, once terminated")
+        assert found["once"]["state"]["terminated"]["exitCode"] == 3
+        await anyio.sleep(3)
+        _, containers = await runtime_objects(node.env.client, node.env.node)
+        onces = [c for c in containers if c.labels.get(L.POD_UID) == uid and c.labels.get(L.CONTAINER_NAME) == "once"]
+        assert len(onces) == 1  # never restarted
+        status = (await get_json(control_plane, "pod", name))["status"]
+        assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"  # not counted

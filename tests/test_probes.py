@@ -25,6 +25,7 @@ from cri import types as t
 from nodeagent.clock import ManualClock
 from nodeagent.model import Container, Pod, Probe
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
+from nodeagent.stash import Stash
 from plugins.probes import grpchealth
 from plugins.probes.http import USER_AGENT, probe_http, probe_tcp
 from plugins.probes.prober import ProbeError, expand, resolve_port
@@ -134,6 +135,7 @@ class _FakeContext:
     log: Any = field(default_factory=lambda: structlog.get_logger("test"))
     published: list[Any] = field(default_factory=list)
     terminating: bool = False
+    stash: Stash = field(default_factory=Stash)
 
     async def runtime_changed(self, timeout: float | None = None) -> None:
         await anyio.sleep_forever()
@@ -540,6 +542,22 @@ async def test_sidecars_are_probed_too(containerd: Any, tmp_path: Path) -> None:
                        45, "the unhealthy sidecar restarted")
         killed = _facts(env, "side-unhealthy", "UnhealthyContainerKilled")
         assert killed and killed[0]["container"] == "side"
+
+
+async def test_a_sidecar_with_a_startup_probe_holds_back_the_next_containers(
+        containerd: Any, tmp_path: Path) -> None:
+    # The kubelet starts what follows a sidecar only once the sidecar has started, which with a
+    # startup probe means: once that probe passed (upstream's "should be ready immediately after
+    # startupProbe succeeds" depends on it).
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("gated.yaml", pod_manifest("gated", initContainers=[_sidecar(
+            "sleep 4; touch /tmp/started; sleep 3600",
+            startupProbe=_probe(_exec("test", "-f", "/tmp/started"), failureThreshold=30))]))
+        status = await wait_for(lambda: _when(env, "gated", _running), 60, "gated's main container running")
+        (passed,) = _facts(env, "gated", "ProbeResultChanged", probe="Startup", result="Success")
+        (started,) = [e for e in _facts(env, "gated", "ContainerStarted") if e["container"] == "main"]
+        assert started["at"] >= passed["at"]
+        assert status["initContainerStatuses"][0]["started"] is True
 
 
 async def test_grpc_probes_host_network_and_pod_ip(containerd: Any, tmp_path: Path) -> None:

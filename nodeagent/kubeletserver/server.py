@@ -225,7 +225,7 @@ class KubeletServer:
             await respond(client, 404, f'pod "{name}" does not exist')
             return
         ref, pod, status, _state = entry
-        containers = tuple(c.name for c in pod.spec.containers)
+        containers = tuple(c.name for c in (*pod.spec.containers, *pod.spec.ephemeral_containers))
         init = tuple(c.name for c in pod.spec.init_containers)
         if container not in containers + init:
             await respond(client, 404, f'container "{container}" not found in pod "{name}"')
@@ -283,7 +283,8 @@ class KubeletServer:
                 else:
                     # A process's terminal cannot change after it started: attach uses the
                     # container's own tty setting, as the kubelet does.
-                    spec = next((c for c in pod.all_containers() if c.name == container), None)
+                    spec = next((c for c in (*pod.all_containers(), *pod.spec.ephemeral_containers)
+                                 if c.name == container), None)
                     tty = spec.tty if spec is not None else options.tty
                     url = await self._runtime.attach(t.AttachRequest(
                         container_id=record.id, stdin=options.stdin, tty=tty, stdout=options.stdout,

@@ -22,6 +22,7 @@ from plugins.probes.events import (
     UnhealthyContainerKilled,
 )
 from plugins.probes.prober import ProbeError, Target, run_probe
+from plugins.restartpolicy import STARTUP_PASSED
 from plugins.probes.results import Outcome, ProbeState, ProbeType, Result
 
 MINIMUM_GRACE_SECONDS = 2  # minimumGracePeriodInSeconds
@@ -147,6 +148,8 @@ class PodProbes:
                                              result="Success" if applied is Result.SUCCESS else "Failure"))
         group.report(ctx)
         if state.type is ProbeType.STARTUP and applied is Result.SUCCESS:
+            # A sidecar's next containers wait for this (plugins/runtime/plan.py).
+            ctx.stash.setdefault(STARTUP_PASSED, set()).add(record.id)
             # The kubelet runs readiness right away once a container has started.
             readiness = group.states.get(ProbeType.READINESS)
             if readiness is not None:

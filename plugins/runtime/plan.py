@@ -16,7 +16,7 @@ from nodeagent.model import Container, Pod
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 from plugins.restartpolicy import container_should_restart, init_failed, is_sidecar, should_restart
 
-Kind = Literal["init", "sidecar", "container"]
+Kind = Literal["init", "sidecar", "container", "ephemeral"]
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,10 @@ def latest_in(runtime: PodRuntime, sandbox_id: str, since: int = 0) -> dict[str,
     return found
 
 
-def plan(pod: Pod, runtime: PodRuntime, since: int = 0) -> Plan:
+def plan(pod: Pod, runtime: PodRuntime, since: int = 0, unstarted: frozenset[str] = frozenset()) -> Plan:
     """``since``: when the pod was last restarted as a whole (RestartAllContainers): older
-    instances are history only."""
+    instances are history only. ``unstarted``: ids of running sidecars whose startup probe has
+    not passed yet."""
     spec = pod.spec
     sandbox = newest_sandbox(runtime)
     if sandbox is None or not sandbox.ready:
@@ -79,7 +80,7 @@ def plan(pod: Pod, runtime: PodRuntime, since: int = 0) -> Plan:
     # Any regular container in this sandbox means initialization finished once: init
     # containers never run again in it (they may have been removed since).
     previously_initialized = any(c.name in here for c in spec.containers)
-    init_starts, initialized, failed = _init_actions(pod, here, previously_initialized)
+    init_starts, initialized, failed = _init_actions(pod, here, previously_initialized, unstarted)
     if failed:
         return Plan(kill_pod=True)
 
@@ -87,8 +88,11 @@ def plan(pod: Pod, runtime: PodRuntime, since: int = 0) -> Plan:
         rec = here.get(c.name)
         return Step(c, kind, runtime.latest(c.name), resume=rec if rec is not None and rec.state == "created" else None)
 
-    starts = [step(spec.init_containers[i], "sidecar" if is_sidecar(spec.init_containers[i]) else "init")
-              for i in init_starts]
+    # Ephemeral containers run once, initialized or not, and are never restarted (they have
+    # no instance yet: started; an instance of any state: done).
+    starts = [step(c, "ephemeral") for c in spec.ephemeral_containers if runtime.latest(c.name) is None]
+    starts += [step(spec.init_containers[i], "sidecar" if is_sidecar(spec.init_containers[i]) else "init")
+               for i in init_starts]
     if not initialized:
         return Plan(starts=tuple(starts))
 
@@ -112,8 +116,8 @@ def plan(pod: Pod, runtime: PodRuntime, since: int = 0) -> Plan:
     return Plan(starts=(*starts, *regular), initialized=True)
 
 
-def _init_actions(pod: Pod, here: dict[str, ContainerRecord], previously_initialized: bool
-                  ) -> tuple[list[int], bool, bool]:
+def _init_actions(pod: Pod, here: dict[str, ContainerRecord], previously_initialized: bool,
+                  unstarted: frozenset[str] = frozenset()) -> tuple[list[int], bool, bool]:
     """computeInitContainerActions: (indexes of init containers to start, initialized, failed
     for good). Scans from the last init container that has an instance, as the kubelet does,
     so that before initialization only the frontier moves."""
@@ -137,7 +141,9 @@ def _init_actions(pod: Pod, here: dict[str, ContainerRecord], previously_initial
             to_start.append(i)
         elif rec.running:
             if sidecar:
-                if i == len(inits) - 1:
+                if rec.id in unstarted:
+                    pass  # started only once its startup probe passed: the next ones wait
+                elif i == len(inits) - 1:
                     initialized = True
                 elif not previously_initialized:
                     to_start.append(i + 1)  # started: the next one may go

@@ -31,6 +31,7 @@ from plugins.runtime.container import container_config, container_hash, runtime_
 from plugins.runtime.events import ContainerBackedOff, ContainerFailed, HookFailed
 from plugins.runtime.hooks import HookError, HookTarget, format_pod, run_hook
 from plugins.runtime.notes import notes_of
+from plugins.restartpolicy import unstarted_sidecars
 from plugins.runtime import restartall
 from plugins.runtime.plan import Plan, Step, plan
 from plugins.runtime.termination import kill, pod_grace, victim
@@ -39,7 +40,10 @@ from plugins.runtime.termination_message import create_message_file, message_mou
 CRASHLOOP_INITIAL = 10.0  # the kubelet's initial CrashLoopBackOff
 CRASHLOOP_MAX = 300.0  # MaxContainerBackOff
 RESYNC_SECONDS = 10.0
-ERROR_RETRY_SECONDS = 10.0  # the pod worker's backOffPeriod after a failed sync
+# The kubelet's io.kubernetes.container.type annotation per kind of start.
+CONTAINER_TYPES = {"init": "init", "sidecar": "init", "container": "container", "ephemeral": "ephemeral"}
+ERROR_RETRY_SECONDS = 10.0
+STARTUP_POLL_SECONDS = 1.0  # the pod worker's backOffPeriod after a failed sync
 FRESH_TIMEOUT_SECONDS = 10.0
 # How containerd words a StartContainer whose caller went away: the gRPC context was cancelled,
 # or the shim being started was killed with it. A real start failure (a missing executable, a
@@ -92,13 +96,17 @@ class Syncer:
         if source is not None:
             await self._restart_all(ctx, runtime, source)
             runtime = await fresh(ctx)
-        todo = plan(ctx.pod, runtime, since=restartall.reset_at(ctx.stash))
+        here = {c.name: c.id for c in runtime.containers if c.running}
+        unstarted = unstarted_sidecars(ctx.pod.spec, here, ctx.stash)
+        todo = plan(ctx.pod, runtime, since=restartall.reset_at(ctx.stash), unstarted=unstarted)
         if todo.new_sandbox:
             return await self._replace_sandbox(ctx, runtime)
         if todo.kill_pod:
             await self._kill_running(ctx, runtime, "PodCompleted")
             return RESYNC_SECONDS
-        return await self._start_all(ctx, todo)
+        wait = await self._start_all(ctx, todo)
+        # A startup probe's success is no runtime change: look again soon while one is awaited.
+        return min(wait, STARTUP_POLL_SECONDS) if unstarted else wait
 
     async def _start_all(self, ctx: PodContext, todo: Plan) -> float:
         soonest = RESYNC_SECONDS
@@ -191,7 +199,7 @@ class Syncer:
                 container.lifecycle.pre_stop.model_dump(by_alias=True, exclude_none=True))
         try:
             config = container_config(ctx.pod, container, attempt, ref, self.node_name,
-                                      container_type="container" if step.kind == "container" else "init",
+                                      container_type=CONTAINER_TYPES[step.kind],
                                       additions=extra, **await runtime_inputs(ctx, sandbox_id, ref))
         except CriError as exc:
             message_file.unlink(missing_ok=True)

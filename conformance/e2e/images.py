@@ -11,7 +11,7 @@ tests/test_e2e_images.py checks them against the built binary.
 | image | how it is built here |
 |---|---|
 | e2e-test-images/busybox:1.37.0-2 | Debian's busybox-static (1.35) + a symlink per applet, except /bin/sh: Debian's bash with its libraries (busybox 1.35's ash drops environment variables whose names are not shell identifiers, such as envFrom's `data-1`; upstream's 1.37 passes them on) |
-| e2e-test-images/agnhost:2.66.1 | agnhost compiled from the pinned module (CGO_ENABLED=0), on the busybox layer, laid out like upstream's Dockerfile (/agnhost, /agnhost-2, porter certs, /uploads, users, ENTRYPOINT /agnhost CMD pause) plus a fake-registry tree (/var/registry) holding `pause:testing`, and -- as upstream's alpine base has them -- Debian's bash, curl and OpenBSD nc (tests exec `curl ...`, `/bin/bash -c ...`, `nc -u ...`) with their shared libraries |
+| e2e-test-images/agnhost:2.66.1 | agnhost compiled from the pinned module (CGO_ENABLED=0), on the busybox layer, laid out like upstream's Dockerfile (/agnhost, /agnhost-2, porter certs, /uploads, users, ENTRYPOINT /agnhost CMD pause) plus a fake-registry tree (/var/registry) holding `pause:testing`, and -- as upstream's alpine base has them -- Debian's bash, curl and OpenBSD nc (tests exec `curl ...`, `/bin/bash -c ...`, `nc -u ...`) with their shared libraries; /bin/sh is that bash (Debian's busybox ash would run its own applets, e.g. an `nc` without `-u`, instead of the ones on PATH) |
 | e2e-test-images/agnhost:2.55 | the same image (AgnhostPrev; the one test using it only changes the image name) |
 | pause:3.10.2 | devenv/pause.c compiled with gcc -static (as devenv's pause:3.10) |
 | e2e-test-images/nonroot:1.5 | the busybox layer with USER 1234 (upstream: debian-base + USER 1234) |
@@ -416,7 +416,9 @@ def build_agnhost(cache: Path, inputs: Inputs, pause: ImageArchive) -> ImageArch
         if not _is_static_elf(agnhost):
             raise RuntimeError(f"{inputs.agnhost} is not static (build with CGO_ENABLED=0)")
         layer = LayerBuilder()
-        _busybox_base(layer, passwd=_AGNHOST_PASSWD, group=_AGNHOST_GROUP)
+        # /bin/sh is bash: Debian's busybox ash prefers its own applets to PATH (its nc has
+        # no -u), where upstream's alpine ash runs /usr/bin/nc (netcat-openbsd) as tests expect.
+        _busybox_base(layer, passwd=_AGNHOST_PASSWD, group=_AGNHOST_GROUP, without=frozenset({"sh"}))
         layer.dir("home/user-defined-in-image")
         layer.dir("uploads", 0o755)
         layer.file("agnhost", agnhost, 0o755)
@@ -428,6 +430,7 @@ def build_agnhost(cache: Path, inputs: Inputs, pause: ImageArchive) -> ImageArch
         # busybox's /bin on PATH, so `curl` and `nc` are these
         files = _Files(layer, (*_BASE_DIRS, "var", "home/user-defined-in-image", "uploads"))
         files.debian_binary(Path("/bin/bash"), "bin/bash")
+        layer.symlink("bin/sh", "bash")
         files.debian_binary(Path("/usr/bin/curl"), "usr/bin/curl")
         files.debian_binary(Path("/bin/nc.openbsd"), "usr/bin/nc")
         for lib in _NSS_LIBS:  # getaddrinfo() of curl and nc loads these

@@ -34,6 +34,9 @@ class ObjectMeta(_ApiModel):
     deletion_grace_period_seconds: int | None = None
     resource_version: str | None = None
     owner_references: list[dict[str, Any]] = Field(default_factory=list)
+    generation: int = 0
+    """Bumped by the API server on every spec change (a resize among them); the node reports
+    the generation it acted on as status.observedGeneration (plugins/runtime/resize.py)."""
 
 
 class ObjectFieldSelector(_ApiModel):
@@ -112,6 +115,14 @@ class ResourceRequirements(_ApiModel):
     limits: dict[str, Quantity] = Field(default_factory=dict)
     requests: dict[str, Quantity] = Field(default_factory=dict)
     claims: list[ResourceClaimRef] = Field(default_factory=list)
+
+
+class ContainerResizePolicy(_ApiModel):
+    """How a resource of a running container is resized in place: NotRequired applies the new
+    value to the running container, RestartContainer restarts it (plugins/runtime/resize.py)."""
+
+    resource_name: str
+    restart_policy: Literal["NotRequired", "RestartContainer"] = "NotRequired"
 
 
 class ExecAction(_ApiModel):
@@ -259,6 +270,7 @@ class Container(_ApiModel):
     env_from: list[EnvFromSource] = Field(default_factory=list)
     ports: list[ContainerPort] = Field(default_factory=list)
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    resize_policy: list[ContainerResizePolicy] = Field(default_factory=list)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     termination_message_path: str = "/dev/termination-log"
     termination_message_policy: Literal["File", "FallbackToLogsOnError"] = "File"
@@ -521,6 +533,9 @@ class PodSpec(_ApiModel):
     scheduling_group: PodSchedulingGroup | None = None
     workload_ref: WorkloadReference | None = None
     resource_claims: list[PodResourceClaim] = Field(default_factory=list)
+    resources: ResourceRequirements | None = None
+    """Pod-level resources: reported in status and applied to the pod's cgroup
+    (plugins/runtime/podcgroup.py), resizable in place (plugins/runtime/resize.py)."""
 
     @field_validator("hostname_override")
     @classmethod
@@ -571,7 +586,6 @@ _SILENTLY_ACCEPTED: frozenset[str] = frozenset(
         "spec.preemptionPolicy",
         "metadata.managedFields",
         "metadata.selfLink",
-        "metadata.generation",
         "metadata.finalizers",
     }
 )

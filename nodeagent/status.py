@@ -367,7 +367,11 @@ def pending_conditions(pod: Pod, rec: _PodRecord) -> list[dict[str, Any]]:
 
 def qos_class(pod: Pod) -> str:
     """Guaranteed when every container limits and requests cpu and memory equally; BestEffort
-    when none requests or limits anything; else Burstable (pkg/apis/core/v1/helper/qos)."""
+    when none requests or limits anything; else Burstable (pkg/apis/core/v1/helper/qos).
+    Pod-level resources, when set, decide alone."""
+    pod_level = pod.spec.resources
+    if pod_level is not None and (pod_level.requests or pod_level.limits):
+        return requirements_qos(pod_level.requests, pod_level.limits)
     containers = pod.all_containers()
     any_set = False
     guaranteed = True
@@ -383,3 +387,18 @@ def qos_class(pod: Pod) -> str:
     if not any_set:
         return "BestEffort"
     return "Guaranteed" if guaranteed else "Burstable"
+
+
+def requirements_qos(requests: Mapping[str, Any], limits: Mapping[str, Any]) -> str:
+    """requirementsQOS of one ResourceRequirements (pod-level resources): Guaranteed when CPU and
+    memory are limited with requests equal to the limits, BestEffort when neither is set."""
+    classes = set()
+    for res in ("cpu", "memory"):
+        limit, request = limits.get(res), requests.get(res, limits.get(res))
+        if limit is None and request is None:
+            classes.add("BestEffort")
+        elif limit is not None and quantity.parse(request) == quantity.parse(limit):
+            classes.add("Guaranteed")
+        else:
+            classes.add("Burstable")
+    return classes.pop() if len(classes) == 1 else "Burstable"

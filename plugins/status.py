@@ -26,10 +26,19 @@ from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import AgentHandle, Observe, PodContext
 from nodeagent.stash import StashKey
 from nodeagent.status import rfc3339
-from plugins.runtime import restartall
 from plugins.restartpolicy import container_should_restart, is_sidecar, should_restart
+from plugins.runtime import restartall
 from plugins.runtime.notes import notes_of
 from plugins.runtime.plan import latest_in, newest_sandbox
+from plugins.runtime.resize import (
+    RESIZE_IN_PROGRESS,
+    RESIZE_PENDING,
+    ResizeState,
+    state_of,
+    status_resources,
+    with_resources,
+)
+from plugins.runtime.resources import FIT_RESOURCES, pod_requests
 from plugins.runtime.termination_message import MAX_POD_MESSAGE_BYTES, read_message
 
 RESYNC_SECONDS = 10.0
@@ -50,6 +59,8 @@ class Facts:
     transitions: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Condition type -> (status, lastTransitionTime), kept while the status stays the same."""
     now: float = 0.0
+    resize: ResizeState | None = None
+    """Allocated and applied resources, resize conditions (plugins/runtime/resize.py)."""
     reset_at: int = 0
     """When the pod was last restarted as a whole (plugins/runtime/restartall.py), ns."""
 
@@ -98,7 +109,15 @@ def container_status(pod: Pod, container: Container, runtime: PodRuntime, facts:
         ready = latest.exited and latest.exit_code == 0  # a regular init container is ready when done
     else:
         ready = started  # readiness probes refine this in the status writer
-    return {
+    if facts.resize is not None and latest.exited and latest.id in facts.resize.restarting:
+        # Killed for a resize and about to start again: the kubelet kills and starts within one
+        # sync and never shows this instance as current. Neither may we: the API server refuses
+        # a terminated state (exit 0 under OnFailure) that later turns running again.
+        return {**_resources(container, latest, facts), "name": container.name, "image": container.image,
+                "imageID": latest.image_ref, "containerID": f"containerd://{latest.id}", "ready": False,
+                "started": False, "restartCount": latest.restart_count + 1,
+                "state": {"waiting": {"reason": "ContainerCreating"}}, "lastState": _state(latest, facts, limit)}
+    return {**_resources(container, latest, facts),
         "name": container.name,
         "image": container.image,
         "imageID": latest.image_ref,
@@ -109,6 +128,67 @@ def container_status(pod: Pod, container: Container, runtime: PodRuntime, facts:
         "state": _state(latest, facts, limit, "PodInitializing" if pod.spec.init_containers else "ContainerCreating"),
         "lastState": _state(previous, facts, limit) if previous is not None and previous.exited else {},
     }
+
+
+def _resources(container: Container, latest: ContainerRecord, facts: Facts) -> dict[str, Any]:
+    """resources (what the instance runs with, the allocation when it does not run) and
+    allocatedResources (the allocated requests), as convertContainerStatusResources."""
+    state = facts.resize
+    allocated = state.containers.get(container.name, container.resources) if state else container.resources
+    applied = state.applied.get(latest.id) if state is not None and latest.running else None
+    out: dict[str, Any] = {"resources": status_resources(applied[0] if applied is not None else allocated)}
+    if allocated.requests:
+        out["allocatedResources"] = {k: str(v) for k, v in allocated.requests.items()}
+    return out
+
+
+def pod_level_resources(pod: Pod, state: ResizeState | None) -> dict[str, Any]:
+    """status.allocatedResources (PodRequests of the allocated pod: the containers' requests
+    summed, pod-level requests winning) and, for a pod with pod-level resources, status.resources
+    (convertToAPIPodLevelResourcesStatus: the pod cgroup holds the allocated values; a pod-level
+    spec without a memory request shows the containers' sum)."""
+    pod_level = state.pod if state is not None else pod.spec.resources
+    allocated = with_resources(pod, state.containers, pod_level) if state is not None else pod
+    summed = pod_requests(allocated)
+    totals: dict[str, str] = {}
+    for c in allocated.spec.containers:
+        for k, v in c.resources.requests.items():
+            if k not in FIT_RESOURCES:
+                totals[k] = str(v)
+    for k, v in summed.items():
+        totals[k] = f"{v}m" if k == "cpu" else str(v)
+    out: dict[str, Any] = {}
+    if pod_level is not None:
+        for k, v in pod_level.requests.items():
+            totals[k] = str(v)
+        # What the pod cgroup holds: the allocation until an actuation failed part-way.
+        applied = state.pod_applied if state is not None and state.pod_cgroup is not None else pod_level
+        resources = status_resources(applied or pod_level)
+        requests = resources.setdefault("requests", {})
+        if "memory" not in requests and summed.get("memory"):
+            requests["memory"] = str(summed["memory"])
+        if not requests:
+            resources.pop("requests")
+        out["resources"] = resources
+    if totals:
+        out["allocatedResources"] = totals
+    return out
+
+
+def resize_conditions(state: ResizeState | None, facts: Facts) -> list[dict[str, Any]]:
+    """PodResizePending (Infeasible / Deferred) and PodResizeInProgress (reason Error when the
+    actuation failed), as the status manager keeps them."""
+    if state is None:
+        return []
+    found = []
+    for kind, value in ((RESIZE_PENDING, state.pending), (RESIZE_IN_PROGRESS, state.in_progress)):
+        if value is None:
+            facts.transitions.pop(kind, None)
+            continue
+        condition = _condition(kind, True, facts, *value)
+        condition["observedGeneration"] = state.observed_generation
+        found.append(condition)
+    return found
 
 
 def pod_phase(pod: Pod, init_statuses: Sequence[Mapping[str, Any]], statuses: Sequence[Mapping[str, Any]],
@@ -252,8 +332,13 @@ def compute(pod: Pod, runtime: PodRuntime, facts: Facts | None = None) -> dict[s
         phase = "Running"  # stopped to run again from the start (the kubelet's RestartingAllContainers)
     status: dict[str, Any] = {
         "phase": phase,
-        "conditions": conditions(pod, runtime, init_statuses, statuses, phase, facts),
+        "conditions": [*conditions(pod, runtime, init_statuses, statuses, phase, facts),
+                       *resize_conditions(facts.resize, facts)],
         "containerStatuses": statuses,
+        # The generation the node acted on: its resources allocated, or its resize found pending.
+        "observedGeneration": (facts.resize.observed_generation if facts.resize is not None
+                               else pod.metadata.generation),
+        **pod_level_resources(pod, facts.resize),
     }
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
@@ -318,7 +403,7 @@ class StatusStage(Observe):
             facts = Facts(messages=await _read_messages(ctx, runtime),
                           post_start_running=frozenset(notes.post_start_running),
                           node_ip=ctx.node.ip, transitions=transitions, now=time.time(),
-                          reset_at=restartall.reset_at(ctx.stash))
+                          resize=state_of(ctx.stash), reset_at=restartall.reset_at(ctx.stash))
             status = compute(ctx.pod, runtime, facts)
             for name in settled(ctx.pod, runtime, status["phase"]):
                 # A waiting reason (RunContainerError, ...) only shows while the container is to

@@ -129,15 +129,16 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
         (env.manifests / "broken.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x\n")
         (env.manifests / "deploy.yaml").write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n")
         (env.manifests / "nocontainers.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: n}\nspec: {}\n")
-        env.write("good.yaml", pod_manifest("good", container={"resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}]}))
+        # volumeDevices (raw block volumes): parsed, not acted upon.
+        env.write("good.yaml", pod_manifest("good", container={"volumeDevices": [{"name": "v", "devicePath": "/dev/xvda"}]}))
         await env.wait_running("good")
         counters = env.agent.metrics.counters
         await wait_for(lambda: _at_least(counters, "ManifestRejected", 3), what="three ManifestRejected facts")
         chain = env.agent.trace.chain(f"default/good-{env.node}")
         unhonoured = [e for e in chain if e["kind"] == "UnhonouredFieldsFound"]
-        assert unhonoured and unhonoured[0]["fields"] == ["spec.containers[0].resizePolicy"]
+        assert unhonoured and unhonoured[0]["fields"] == ["spec.containers[0].volumeDevices"]
         conditions = {c["type"]: c for c in env.status_of("good")["conditions"]}
-        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.containers[0].resizePolicy")
+        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.containers[0].volumeDevices")
 
         # A good manifest turning bad keeps its last valid pod running.
         uid = env.uid_of("good")

@@ -187,6 +187,8 @@ def test_report_of_several_runs_takes_what_ran_last(tmp_path: Path) -> None:
                         + cases + "</testsuite></testsuites>")
         return path
 
+    versioned = junit("c.xml", '<testcase name="[It] z [NodeConformance] [kubelet: [&gt;=1.36]]" status="passed" time="1"/>')
+    assert "z [NodeConformance]" in report.parse_junit([versioned]).cases  # the --list-tests name
     first = junit("a.xml", '<testcase name="[It] x" status="failed" time="1"><failure>[FAILED] boom</failure>'
                            '</testcase><testcase name="[It] y" status="passed" time="1"/>')
     second = junit("b.xml", '<testcase name="[It] x" status="passed" time="1"/>'

@@ -76,6 +76,9 @@ def _reason(tc: ET.Element) -> str:
     return ""
 
 
+_VERSION_LABEL = re.compile(r" \[[a-z]+: \[[^\]]*\]\]$")
+
+
 def parse_junit(paths: Iterable[Path]) -> Parsed:
     """Merge ginkgo JUnit files (a parallel pass and a serial pass, or runs of parts of the
     selection), in the order given."""
@@ -90,7 +93,9 @@ def parse_junit(paths: Iterable[Path]) -> Parsed:
                          else "skipped" if tc.find("skipped") is not None else "passed")
             seconds = float(tc.get("time") or 0)
             if raw.startswith("[It] "):
-                name = raw[len("[It] "):]
+                # ginkgo appends a semantic-version constraint label (" [kubelet: [>=1.36]]") to
+                # the JUnit name that --list-tests does not print.
+                name = _VERSION_LABEL.sub("", raw[len("[It] "):])
                 prev = out.cases.get(name)
                 case = Case(name, _STATE.get(state, FAILED), "" if state == "passed" else _reason(tc),
                             seconds, state)

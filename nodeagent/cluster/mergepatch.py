@@ -31,6 +31,11 @@ def merge_diff(old: Mapping[str, Any], new: Mapping[str, Any], *, remove: bool =
 
 _MISSING: Any = object()
 
+NODE_OWNED_CONDITIONS = frozenset({"PodResizePending", "PodResizeInProgress"})
+"""Conditions only the node writes, and removes by no longer reporting them (the kubelet's
+status manager drops them when a resize is accepted or done): never carried over as another
+writer's."""
+
 
 def api_status(computed: Mapping[str, Any], previous: Mapping[str, Any] | None,
                in_api: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -51,7 +56,7 @@ def api_status(computed: Mapping[str, Any], previous: Mapping[str, Any] | None,
         ours.append(condition)
     # A condition type we do not compute (readiness gates, DisruptionTarget, the scheduler's
     # PodScheduled before we report ours) belongs to another writer: keep the API's copy.
-    own_types = {c["type"] for c in ours}
+    own_types = {c["type"] for c in ours} | NODE_OWNED_CONDITIONS
     foreign = [c for c in (in_api or {}).get("conditions") or [] if c.get("type") not in own_types]
     if ours or foreign:
         status["conditions"] = ours + foreign

@@ -46,6 +46,14 @@ from nodeagent.stages import NodeInfo
 
 log = structlog.get_logger("nodeagent.cluster.node")
 
+DECLARED_FEATURES = ("InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers",
+                     "RestartAllContainersOnContainerExits")
+"""status.declaredFeatures (NodeDeclaredFeatures), sorted: node features the API server requires of
+the node before it admits a pod update that needs them (component-helpers nodedeclaredfeatures).
+Only what nodeagent honours: pod-level and non-sidecar init container in-place resize
+(plugins/runtime/resize.py) and RestartAllContainers (plugins/runtime/restartall.py); not
+memory-backed emptyDir resize."""
+
 KUBE_VERSION = "v1.37.2"
 """The Kubernetes release whose kubelet behaviour we implement (tests run its control plane)."""
 KUBELET_VERSION = f"{KUBE_VERSION}+nodeagent.{__version__}"
@@ -270,6 +278,7 @@ class NodeStatus:
             "addresses": [{"type": "InternalIP", "address": self._node.ip},
                           {"type": "Hostname", "address": self.name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self._kubelet_port()}},
+            "declaredFeatures": list(DECLARED_FEATURES),
             "nodeInfo": {
                 "machineID": _read("/etc/machine-id"),
                 "systemUUID": _read("/sys/class/dmi/id/product_uuid"),

@@ -83,7 +83,7 @@ async def service_env(api: Any, namespace: str, links: bool) -> Mapping[str, str
                     raise
                 if _has_ip(svc.spec):
                     chosen[name] = svc
-    except Exception as exc:  # noqa: BLE001 — forbidden, transport errors: the caller keeps what it had
+    except Exception as exc:
         raise ServicesUnavailable(f"cannot list services in {namespace}: {exc}") from exc
     # Sorted like the kubelet's map iteration does not matter: the names do not collide.
     return env_for(chosen[n] for n in sorted(chosen))

@@ -40,7 +40,9 @@ from nodeagent.stages import (
     Start,
 )
 from nodeagent.stash import StashKey
+from plugins.runtime import podcgroup
 from plugins.runtime.images import ImagePuller
+from plugins.runtime.resize import Ledger, Resizer, allocated_pod, ensure_state
 from plugins.runtime.sandbox import log_directory, sandbox_config
 from plugins.runtime.sync import RESYNC_SECONDS, SANDBOX_KEY, Syncer, acted
 from plugins.runtime.termination import kill, victim
@@ -49,6 +51,7 @@ SANDBOX = SANDBOX_KEY
 IMAGE_REFS = StashKey[dict[str, str]]("runtime.image_refs")
 POD_IP = StashKey[str]("runtime.pod_ip")
 STARTING_WAIT_SECONDS = 30.0
+SPEC_POLL_SECONDS = 0.5
 
 
 class RuntimeStage(Prepare, Start, Observe, Cleanup):
@@ -58,7 +61,9 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         self._node = node_name
         self._logs = pod_logs_dir
         self._images = ImagePuller.new()
-        self._sync = Syncer(node_name, self._ensure_sandbox, self._pod_ip_of, self._image_ref)
+        self._ledger = Ledger()
+        self._sync = Syncer(node_name, self._ensure_sandbox, self._pod_ip_of, self._image_ref,
+                            Resizer(self._ledger))
 
     # --- prepare: images, then the sandbox ------------------------------------------------
 
@@ -93,6 +98,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         attempt = max((s.metadata.attempt + 1 for s in sandboxes if s.metadata), default=0)
         config = sandbox_config(pod, attempt, self._logs, self._node, settings=ctx.settings)
         log_directory(self._logs, pod).mkdir(parents=True, exist_ok=True, mode=0o755)
+        await self._pod_cgroup(ctx)
         sandbox_id = await ctx.runtime.run_pod_sandbox(config)
         ctx.stash[SANDBOX] = (sandbox_id, config)
         acted(ctx)
@@ -117,6 +123,21 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
                 continue
             ctx.log.info("removed a leftover sandbox", sandbox_id=sandbox.id)
 
+    async def _pod_cgroup(self, ctx: PodContext) -> None:
+        """The pod cgroup with the allocated resources, before the sandbox runs in it (the
+        kubelet's EnsureExists before RunPodSandbox)."""
+        state = ensure_state(ctx)
+        pod = allocated_pod(ctx)
+        self._ledger.set(ctx.ref.uid, pod)
+        try:
+            await podcgroup.apply(ctx, pod)
+        except OSError as exc:
+            # runc still makes the directories; only the pod-level values are missing.
+            ctx.log.warning("cannot set the pod cgroup", error=str(exc))
+            return
+        state.pod_cgroup = podcgroup.pod_values(pod)
+        state.pod_applied = pod.spec.resources
+
     @staticmethod
     async def _sandbox_ip(ctx: PodContext, sandbox_id: str) -> str:
         status = await ctx.runtime.pod_sandbox_status(sandbox_id)
@@ -132,6 +153,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         return ctx.stash.get(IMAGE_REFS, {}).get(container, "")
 
     async def unprepare(self, ctx: PodContext) -> None:
+        self._ledger.release(ctx.ref.uid)  # no container of the pod runs any more
         for sandbox in await self._sandboxes(ctx):
             if sandbox.state == t.PodSandboxState.SANDBOX_READY:
                 try:
@@ -175,6 +197,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
                 continue
             await ctx.publish(SandboxRemoved(sandbox_id=sandbox.id))
         ctx.stash.pop(SANDBOX)
+        self._ledger.release(ctx.ref.uid)
+        await podcgroup.remove(ctx.pod)
         logs = self._logs / f"{ctx.ref.namespace}_{ctx.ref.name}_{ctx.ref.uid}"
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(logs, ignore_errors=True))
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(ctx.pod_dir, ignore_errors=True))
@@ -218,12 +242,20 @@ async def _until_changed(ctx: PodContext, seconds: float) -> None:
             await ctx.runtime_changed(timeout=min(seconds, RESYNC_SECONDS))
             tg.cancel_scope.cancel()
 
+        async def spec_changed() -> None:
+            # A new spec (a resize) reaches the worker as a new ctx.pod, without an event.
+            pod = ctx.pod
+            while ctx.pod is pod:
+                await anyio.sleep(SPEC_POLL_SECONDS)
+            tg.cancel_scope.cancel()
+
         async def elapsed() -> None:
             await ctx.clock.sleep(seconds)
             tg.cancel_scope.cancel()
 
         tg.start_soon(changed)
         tg.start_soon(elapsed)
+        tg.start_soon(spec_changed)
 
 
 def plugin(config: Mapping[str, Any], handle: AgentHandle) -> RuntimeStage:

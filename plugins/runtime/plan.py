@@ -14,7 +14,12 @@ from typing import Literal
 
 from nodeagent.model import Container, Pod
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
-from plugins.restartpolicy import container_should_restart, init_failed, is_sidecar, should_restart
+from plugins.restartpolicy import (
+    container_should_restart,
+    init_failed,
+    is_sidecar,
+    should_restart,
+)
 
 Kind = Literal["init", "sidecar", "container", "ephemeral"]
 
@@ -63,10 +68,12 @@ def latest_in(runtime: PodRuntime, sandbox_id: str, since: int = 0) -> dict[str,
     return found
 
 
-def plan(pod: Pod, runtime: PodRuntime, since: int = 0, unstarted: frozenset[str] = frozenset()) -> Plan:
-    """``since``: when the pod was last restarted as a whole (RestartAllContainers): older
-    instances are history only. ``unstarted``: ids of running sidecars whose startup probe has
-    not passed yet."""
+def plan(pod: Pod, runtime: PodRuntime, restart: frozenset[str] = frozenset(), since: int = 0,
+         unstarted: frozenset[str] = frozenset()) -> Plan:
+    """``restart``: ids of exited instances to restart whatever the restart policy (killed by the
+    agent for an in-place resize whose resizePolicy is RestartContainer). ``since``: when the pod
+    was last restarted as a whole (RestartAllContainers): older instances are history only.
+    ``unstarted``: ids of running sidecars whose startup probe has not passed yet."""
     spec = pod.spec
     sandbox = newest_sandbox(runtime)
     if sandbox is None or not sandbox.ready:
@@ -108,7 +115,7 @@ def plan(pod: Pod, runtime: PodRuntime, since: int = 0, unstarted: frozenset[str
                 regular.append(step(c, "container"))
         elif rec.running:
             keep += 1
-        elif rec.state == "created" or (rec.exited and should_restart(spec, c, rec)):
+        elif rec.state == "created" or (rec.exited and (rec.id in restart or should_restart(spec, c, rec))):
             regular.append(step(c, "container"))
     if keep == 0 and not regular:
         # Sidecars must not keep a finished pod alive: stop them, restart none.

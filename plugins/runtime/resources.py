@@ -4,13 +4,15 @@ pkg/apis/core/v1/helper/qos, pkg/kubelet/qos/policy.go)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 from functools import cache
 from pathlib import Path
 
 from cri import types as t
 from nodeagent import quantity
-from nodeagent.model import Container, Pod, Quantity
+from nodeagent.model import Container, Pod, Quantity, ResourceRequirements
+from nodeagent.status import requirements_qos
 
 CPU_PERIOD_US = 100_000  # quotaPeriod
 MIN_SHARES = 2
@@ -19,6 +21,7 @@ MIN_QUOTA_US = 1000  # minQuotaPeriod
 GUARANTEED_OOM_SCORE_ADJ = -997
 BESTEFFORT_OOM_SCORE_ADJ = 1000
 NODE_CRITICAL_PRIORITY_CLASS = "system-node-critical"
+FIT_RESOURCES = ("cpu", "memory")
 
 
 def requests_of(container: Container) -> dict[str, Quantity]:
@@ -42,6 +45,9 @@ def milli_cpu_to_quota(milli: int, period: int = CPU_PERIOD_US) -> int:
 def qos_class(pod: Pod) -> str:
     """ComputePodQOS: Guaranteed when every container limits cpu and memory and the summed
     requests equal the summed limits; BestEffort when nothing is requested or limited."""
+    pod_level = pod.spec.resources
+    if pod_level is not None and (pod_level.requests or pod_level.limits):
+        return requirements_qos(pod_level.requests, pod_level.limits)  # pod-level resources decide
     requests: dict[str, Decimal] = {}
     limits: dict[str, Decimal] = {}
     guaranteed = True
@@ -89,8 +95,15 @@ def oom_score_adj(pod: Pod, container: Container, capacity: int | None = None) -
     if qos == "BestEffort":
         return BESTEFFORT_OOM_SCORE_ADJ
     capacity = capacity or memory_capacity()
-    request = quantity.bytes_(requests_of(container).get("memory", 0))
-    adj = 1000 - (1000 * request) // capacity if capacity else 1000
+    if not capacity:
+        return BESTEFFORT_OOM_SCORE_ADJ - 1
+    request = _memory_request(container)
+    share = _unallocated_pod_memory_per_container(pod)
+    adj = 1000 - (1000 * (request + share)) // capacity
+    if container.restart_policy == "Always" and any(c is container for c in pod.spec.init_containers):
+        # A sidecar scores no better than the smallest regular container of its pod.
+        smallest = min(_memory_request(c) for c in pod.spec.containers) + share
+        adj = min(adj, 1000 - (1000 * smallest) // capacity)
     # A Burstable container never scores like a Guaranteed one, nor like a BestEffort one.
     if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ:
         return 1000 + GUARANTEED_OOM_SCORE_ADJ
@@ -99,17 +112,87 @@ def oom_score_adj(pod: Pod, container: Container, capacity: int | None = None) -
     return adj
 
 
+def _memory_request(container: Container) -> int:
+    return quantity.bytes_(requests_of(container).get("memory", 0))
+
+
+def _unallocated_pod_memory_per_container(pod: Pod) -> int:
+    """remainingPodMemReqPerContainer: the pod-level memory request not requested by any
+    container, shared equally by all of them in the OOM score."""
+    pod_level = pod.spec.resources
+    if pod_level is None or not quantity.parse(pod_level.requests.get("memory", 0)):
+        return 0
+    containers = pod.all_containers()
+    rest = quantity.bytes_(pod_level.requests["memory"]) - sum(_memory_request(c) for c in containers)
+    return max(rest, 0) // len(containers)
+
+
 def linux_resources(container: Container, pod: Pod | None = None) -> t.LinuxContainerResources:
     """calculateLinuxResources: shares from the request (or the limit when no request), CFS
     quota from the limit over a 100 ms period, the memory limit (0 = unset), and with the pod
-    the OOM score adjustment of its QoS class."""
-    lim = container.resources.limits
-    cpu_request = quantity.milli_cpu(requests_of(container).get("cpu", 0))
-    cpu_limit = quantity.milli_cpu(lim.get("cpu", 0))
+    the OOM score adjustment of its QoS class. A container without a CPU or memory limit in a
+    pod with pod-level limits runs with the pod's (getCPULimit / getMemoryLimit)."""
+    v = values(container.resources, pod.spec.resources if pod is not None else None)
     return t.LinuxContainerResources(
         cpu_period=CPU_PERIOD_US,
-        cpu_quota=milli_cpu_to_quota(cpu_limit),
-        cpu_shares=milli_cpu_to_shares(cpu_request),
-        memory_limit_in_bytes=quantity.bytes_(lim.get("memory", 0)),
+        cpu_quota=milli_cpu_to_quota(v.cpu_limit),
+        cpu_shares=milli_cpu_to_shares(v.cpu_request),
+        memory_limit_in_bytes=v.memory_limit,
         oom_score_adj=oom_score_adj(pod, container) if pod is not None else 0,
     )
+
+
+@dataclass(frozen=True)
+class Values:
+    """What the runtime applies for a container (containerResourcesFromRequirements): CPU in
+    millicores, memory in bytes; limits fall back to the pod-level limits."""
+
+    cpu_request: int = 0
+    cpu_limit: int = 0
+    memory_request: int = 0
+    memory_limit: int = 0
+
+
+def values(container: ResourceRequirements, pod_level: ResourceRequirements | None) -> Values:
+    limits = dict(container.limits)
+    if pod_level is not None:
+        for res in ("cpu", "memory"):
+            if not quantity.parse(limits.get(res, 0)) and res in pod_level.limits:
+                limits[res] = pod_level.limits[res]
+    requests = {**container.limits, **container.requests}
+    return Values(cpu_request=quantity.milli_cpu(requests.get("cpu", 0)),
+                  cpu_limit=quantity.milli_cpu(limits.get("cpu", 0)),
+                  memory_request=quantity.bytes_(requests.get("memory", 0)),
+                  memory_limit=quantity.bytes_(limits.get("memory", 0)))
+
+
+def pod_requests(pod: Pod) -> dict[str, int]:
+    """resourcehelper.PodRequests for CPU and memory: regular containers and sidecars summed, at
+    least any init container with the sidecars started before it; pod-level requests win."""
+    total: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    sidecars: dict[str, int] = {}
+    for c in pod.spec.init_containers:
+        req = {r: quantity.base_units(r, v) for r, v in requests_of(c).items() if r in FIT_RESOURCES}
+        if c.restart_policy == "Always":
+            for r, v in req.items():
+                sidecars[r] = sidecars.get(r, 0) + v
+        else:
+            for r in FIT_RESOURCES:
+                init_peak[r] = max(init_peak.get(r, 0), req.get(r, 0) + sidecars.get(r, 0))
+    for c in pod.spec.containers:
+        for r, amount in requests_of(c).items():
+            if r in FIT_RESOURCES:
+                total[r] = total.get(r, 0) + quantity.base_units(r, amount)
+    for r, v in sidecars.items():
+        total[r] = total.get(r, 0) + v
+    for r, v in init_peak.items():
+        if v > total.get(r, 0):
+            total[r] = v
+    if pod.spec.resources is not None:
+        for r, amount in pod.spec.resources.requests.items():
+            if r in FIT_RESOURCES:
+                total[r] = quantity.base_units(r, amount)
+    return {r: v for r, v in total.items() if v}
+
+

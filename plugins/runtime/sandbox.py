@@ -9,7 +9,7 @@ from cri import types as t
 from nodeagent import labels as L
 from nodeagent.errors import Retryable
 from nodeagent.model import Pod
-from plugins.runtime import hosts, security
+from plugins.runtime import hosts, podcgroup, security
 from plugins.runtime.hosts import host_dns
 
 _PROTOCOLS = {"TCP": t.Protocol.TCP, "UDP": t.Protocol.UDP, "SCTP": t.Protocol.SCTP}
@@ -72,6 +72,7 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path, node_name: str, *
         labels=pod_labels(pod, node_name),
         annotations=dict(pod.metadata.annotations),
         linux=t.LinuxPodSandboxConfig(
+            cgroup_parent=podcgroup.cgroup_parent(pod),
             security_context=security.sandbox_security(pod, root_dir=root_dir,
                                                        seccomp_default=getattr(settings, "seccomp_default", False)),
             sysctls=security.sysctls(pod),

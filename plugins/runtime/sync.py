@@ -26,14 +26,21 @@ from nodeagent.events import ContainerCreated
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import PodContext
 from nodeagent.stash import StashKey
+from plugins.restartpolicy import unstarted_sidecars
+from plugins.runtime import restartall
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.container import container_config, container_hash, runtime_inputs
 from plugins.runtime.events import ContainerBackedOff, ContainerFailed, HookFailed
 from plugins.runtime.hooks import HookError, HookTarget, format_pod, run_hook
 from plugins.runtime.notes import notes_of
-from plugins.restartpolicy import unstarted_sidecars
-from plugins.runtime import restartall
 from plugins.runtime.plan import Plan, Step, plan
+from plugins.runtime.resize import (
+    Resizer,
+    allocated_pod,
+    record_created,
+    resize_restarts,
+    skip_backoff,
+)
 from plugins.runtime.termination import kill, pod_grace, victim
 from plugins.runtime.termination_message import create_message_file, message_mount
 
@@ -88,17 +95,22 @@ class Syncer:
     ensure_sandbox: Callable[[PodContext], Awaitable[None]]
     pod_ip: Callable[[PodContext], str]
     image_ref: Callable[[PodContext, str], str]
+    resizer: Resizer | None = None
 
     async def sync(self, ctx: PodContext) -> float:
         """One pass; returns how many seconds may pass before the next one is needed."""
         runtime = await fresh(ctx)
+        if self.resizer is not None and await self.resizer.reconcile(ctx, runtime):
+            acted(ctx)  # a container was killed for a resize: plan from a listing that shows it
+            runtime = await fresh(ctx)
         source = restartall.trigger(ctx.pod, runtime, restartall.reset_at(ctx.stash))
         if source is not None:
             await self._restart_all(ctx, runtime, source)
             runtime = await fresh(ctx)
         here = {c.name: c.id for c in runtime.containers if c.running}
         unstarted = unstarted_sidecars(ctx.pod.spec, here, ctx.stash)
-        todo = plan(ctx.pod, runtime, since=restartall.reset_at(ctx.stash), unstarted=unstarted)
+        todo = plan(ctx.pod, runtime, resize_restarts(ctx), since=restartall.reset_at(ctx.stash),
+                    unstarted=unstarted)
         if todo.new_sandbox:
             return await self._replace_sandbox(ctx, runtime)
         if todo.kill_pod:
@@ -145,7 +157,7 @@ class Syncer:
                 await _remove(ctx, latest.id)
                 attempt = latest.attempt
                 latest = None
-            elif latest.exited:
+            elif latest.exited and not skip_backoff(ctx, latest.id):
                 wait = await self._backoff(ctx, step, latest)
                 if wait > 0:
                     return wait
@@ -182,7 +194,9 @@ class Syncer:
 
     async def _run(self, ctx: PodContext, step: Step, attempt: int, keep: str) -> float | None:
         """startContainer: config, create, start, postStart (kuberuntime_container.go)."""
-        container = step.container
+        # Created with the allocated resources: a resize not accepted yet must not start here.
+        pod = allocated_pod(ctx)
+        container = next((c for c in pod.all_containers() if c.name == step.container.name), step.container)
         name = container.name
         sandbox_id, sandbox_config = ctx.stash[SANDBOX_KEY]
         ref = self.image_ref(ctx, name)
@@ -198,7 +212,7 @@ class Syncer:
             extra.annotations[L.CONTAINER_PRESTOP_HANDLER] = json.dumps(
                 container.lifecycle.pre_stop.model_dump(by_alias=True, exclude_none=True))
         try:
-            config = container_config(ctx.pod, container, attempt, ref, self.node_name,
+            config = container_config(pod, container, attempt, ref, self.node_name,
                                       container_type=CONTAINER_TYPES[step.kind],
                                       additions=extra, **await runtime_inputs(ctx, sandbox_id, ref))
         except CriError as exc:
@@ -219,6 +233,7 @@ class Syncer:
             return ERROR_RETRY_SECONDS
         finally:
             acted(ctx)
+        record_created(ctx, container_id, container)
         await ctx.publish(ContainerCreated(container=name, container_id=container_id, attempt=attempt))
         try:
             await ctx.runtime.start_container(container_id)

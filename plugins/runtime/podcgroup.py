@@ -1,0 +1,175 @@
+"""The pod cgroup, as the kubelet's pod container manager keeps it (pkg/kubelet/cm/
+pod_container_manager_linux.go, helpers_linux.go ResourceConfigForPod).
+
+containerd 1.6 puts a sandbox's containers under the sandbox config's ``cgroup_parent`` and
+never writes that parent's limits (UpdatePodSandboxResources arrived in containerd 2.x): the
+kubelet owns the pod cgroup, and so do we. Every pod gets ``/nodeagent-pods/<qos>/pod<uid>``
+(the kubelet's ``/kubepods/<qos>/pod<uid>`` layout under a root of our own, so that a kubelet on
+the same host never mistakes our pods for its orphans). Before the sandbox runs, the cpu and
+memory directories are made and given the pod's values: shares from the pod's CPU requests, a
+CFS quota from its CPU limit and a memory limit, where the pod-level ``spec.resources`` win
+over the sum of the containers. A resize rewrites them (resize.py); cleanup removes the
+directories once no container is left in them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+
+from nodeagent import quantity
+from nodeagent.model import Pod
+from nodeagent.stages import PodContext
+from plugins.runtime.resources import (
+    CPU_PERIOD_US,
+    Values,
+    milli_cpu_to_quota,
+    milli_cpu_to_shares,
+    pod_requests,
+    qos_class,
+)
+
+CGROUP_FS = Path("/sys/fs/cgroup")
+ROOT = "nodeagent-pods"
+V1_CONTROLLERS = ("cpu", "memory")
+"""The hierarchies whose pod-level files we write; runc makes the pod directory in the others
+(cpuset among them, which needs its cpus and mems copied down before any task may join)."""
+
+
+def cgroup_parent(pod: Pod) -> str:
+    """The pod cgroup, as CRI's ``cgroup_parent`` (cgroupfs driver)."""
+    qos = qos_class(pod)
+    if qos == "Guaranteed":
+        return f"/{ROOT}/pod{pod.uid}"
+    return f"/{ROOT}/{qos.lower()}/pod{pod.uid}"
+
+
+def unified() -> bool:
+    return (CGROUP_FS / "cgroup.controllers").exists()
+
+
+def pod_values(pod: Pod) -> Values:
+    """ResourceConfigForPod: requests summed (or pod-level), limits summed only when every
+    container has one (else unlimited), pod-level limits winning."""
+    requests = pod_requests(pod)
+    limits: dict[str, int] = {}
+    for res in ("cpu", "memory"):
+        containers = pod.spec.containers
+        if all(quantity.parse(c.resources.limits.get(res, 0)) > 0 for c in containers):
+            total = sum(quantity.base_units(res, c.resources.limits[res]) for c in containers)
+            sidecars = sum(quantity.base_units(res, c.resources.limits[res]) for c in pod.spec.init_containers
+                           if c.restart_policy == "Always" and res in c.resources.limits)
+            peak = max((quantity.base_units(res, c.resources.limits.get(res, 0)) for c in pod.spec.init_containers
+                        if c.restart_policy != "Always"), default=0)
+            limits[res] = max(total + sidecars, peak)
+        if pod.spec.resources is not None and res in pod.spec.resources.limits:
+            limits[res] = quantity.base_units(res, pod.spec.resources.limits[res])
+    return Values(cpu_request=requests.get("cpu", 0), cpu_limit=limits.get("cpu", 0),
+                  memory_request=requests.get("memory", 0), memory_limit=limits.get("memory", 0))
+
+
+def _files(pod: Pod, v: Values) -> dict[Path, str]:
+    """cgroup file -> value, for this host's cgroup version."""
+    best_effort = qos_class(pod) == "BestEffort"
+    shares = milli_cpu_to_shares(0 if best_effort else v.cpu_request)
+    quota = milli_cpu_to_quota(v.cpu_limit) if v.cpu_limit else -1
+    rel = cgroup_parent(pod).lstrip("/")
+    if unified():
+        base = CGROUP_FS / rel
+        weight = 1 + ((shares - 2) * 9999) // 262142
+        return {
+            base / "cpu.weight": str(weight),
+            base / "cpu.max": f"{quota if quota > 0 else 'max'} {CPU_PERIOD_US}",
+            base / "memory.max": str(v.memory_limit) if v.memory_limit else "max",
+        }
+    cpu = CGROUP_FS / "cpu" / rel
+    memory = CGROUP_FS / "memory" / rel
+    return {
+        cpu / "cpu.shares": str(shares),
+        cpu / "cpu.cfs_period_us": str(CPU_PERIOD_US),
+        cpu / "cpu.cfs_quota_us": str(quota),
+        memory / "memory.limit_in_bytes": str(v.memory_limit) if v.memory_limit else "-1",
+    }
+
+
+def _write(pod: Pod, v: Values) -> None:
+    for path, value in _files(pod, v).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if unified():
+            _enable_controllers(path.parent)
+        path.write_text(value)
+
+
+def _enable_controllers(directory: Path) -> None:
+    """cgroup v2: cpu and memory must be enabled in every ancestor's subtree_control."""
+    chain = []
+    d = directory.parent
+    while d != CGROUP_FS and CGROUP_FS in d.parents:
+        chain.append(d)
+        d = d.parent
+    for ancestor in reversed(chain):
+        control = ancestor / "cgroup.subtree_control"
+        enabled = control.read_text().split()
+        for ctl in ("cpu", "memory"):
+            if ctl not in enabled:
+                control.write_text(f"+{ctl}")
+
+
+async def apply(ctx: PodContext, pod: Pod, values: Values | None = None) -> None:
+    """Make the pod cgroup (if missing) and set ``values`` (default: the pod's). Raises OSError
+    when the host does not let us (the sandbox then still runs, with containerd's defaults)."""
+    await anyio.to_thread.run_sync(_write, pod, values if values is not None else pod_values(pod))
+
+
+def widest(a: Values, b: Values) -> Values:
+    """Limits no tighter than either (0 = unlimited): what the pod cgroup holds while its
+    containers move from ``a`` to ``b``, so that no container is ever limited beyond its pod
+    (cgroup v1 refuses a child CFS quota above its parent's)."""
+    def loosest(x: int, y: int) -> int:
+        return 0 if not x or not y else max(x, y)
+
+    return Values(cpu_request=b.cpu_request, cpu_limit=loosest(a.cpu_limit, b.cpu_limit),
+                  memory_request=b.memory_request, memory_limit=loosest(a.memory_limit, b.memory_limit))
+
+
+def _memory_usage(pod: Pod) -> int | None:
+    rel = cgroup_parent(pod).lstrip("/")
+    path = CGROUP_FS / rel / "memory.current" if unified() else CGROUP_FS / "memory" / rel / "memory.usage_in_bytes"
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+async def memory_usage(pod: Pod) -> int | None:
+    """What the pod's processes use now (the pod cgroup's usage), None when unknown."""
+    return await anyio.to_thread.run_sync(_memory_usage, pod)
+
+
+def _remove(pod: Pod) -> None:
+    rel = cgroup_parent(pod).lstrip("/")
+    roots = [CGROUP_FS] if unified() else [p for p in CGROUP_FS.iterdir() if p.is_dir()]
+    for root in roots:
+        d = root / rel
+        if not d.is_dir():
+            continue
+        # Leftover child directories of removed containers go first (runc removes its own).
+        for child in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            try:
+                os.rmdir(child)
+            except OSError:
+                pass
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+async def remove(pod: Pod) -> None:
+    """Best effort: a directory still holding a process stays (and is retried next cleanup)."""
+    await anyio.to_thread.run_sync(_remove, pod)
+
+
+__all__ = ["apply", "cgroup_parent", "memory_usage", "pod_values", "remove", "widest"]

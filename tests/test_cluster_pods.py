@@ -17,6 +17,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from lightkube import ApiError
+from lightkube.models.meta_v1 import Status
 from lightkube.resources.core_v1 import Pod as ApiPodObject
 
 from controlplane import ControlPlane
@@ -24,6 +26,7 @@ from cri import RuntimeClient
 from cri import types as t
 from nodeagent import events as ev
 from nodeagent import labels as L
+from nodeagent.clock import ManualClock
 from nodeagent.cluster.kubeevents import KubeEvents
 from plugins.runtime.events import ContainerFailed
 from tests.agent_helpers import (
@@ -296,6 +299,42 @@ def test_facts_become_the_kubelets_events() -> None:
         ("spec.containers{main}", "Warning", "Failed", "Error: container has runAsNonRoot and image will run as root"),
     ]
     assert all(e.involved.uid == "u1" and e.involved.namespace == "ns" for e in events._queue)
+
+
+class _EventsApi:
+    """create() as the API server answers it: 403 in a namespace being deleted."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+
+    async def create(self, obj: Any) -> Any:
+        if obj.metadata.namespace == "gone":
+            raise ApiError(status=Status(code=403, reason="Forbidden", message="namespace gone is being terminated"))
+        self.created.append(obj.reason)
+        return obj
+
+
+async def test_a_refused_event_does_not_hold_back_the_others() -> None:
+    # Killing events of pods whose namespace is being deleted are refused; retrying them (with
+    # waits) in the single sender queue delayed every later Event by minutes in long e2e runs.
+    clock = ManualClock()
+    api = _EventsApi()
+    events = KubeEvents(api=api, node_name="n1", clock=clock)
+    doomed = ev.PodRef(uid="u1", name="p", namespace="gone")
+    alive = ev.PodRef(uid="u2", name="q", namespace="ns")
+    for ref in (doomed, alive):
+        events.translate(ev.PodSpecObserved(pod=ref, origin="api", pod_spec={
+            "metadata": {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid},
+            "spec": {"containers": [{"name": "main", "image": "img:1"}]}}))
+    events.translate(ev.ContainerCreated(pod=doomed, container="main", container_id="c1", attempt=0))
+    events.translate(ev.ContainerCreated(pod=alive, container="main", container_id="c2", attempt=0))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(events._send_forever)  # record() woke it already
+        with anyio.fail_after(5):  # the manual clock never moves: no retry wait may be needed
+            while not api.created:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert api.created == ["Created"] and events.dropped == 1
 
 
 # --- the API pod source against a scripted API (no server needed) ------------------------------

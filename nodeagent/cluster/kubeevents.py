@@ -29,7 +29,7 @@ from lightkube.types import PatchType
 
 from nodeagent import events as ev
 from nodeagent.clock import Clock, SystemClock
-from nodeagent.cluster.apicalls import describe, is_not_found, rfc3339
+from nodeagent.cluster.apicalls import describe, is_not_found, is_refused, rfc3339
 from nodeagent.cluster.ratelimit import TokenBucket
 
 log = structlog.get_logger("nodeagent.cluster.events")
@@ -229,7 +229,12 @@ class KubeEvents:
                     self.sent += 1
                 except Exception as exc:  # noqa: BLE001 - best effort: a few tries, then dropped
                     item.attempts += 1
-                    if item.attempts < ATTEMPTS:
+                    if is_refused(exc):
+                        # E.g. the pod's namespace is being deleted (403): asking again cannot
+                        # help, and waiting here would hold back every Event queued behind it.
+                        self.dropped += 1
+                        log.debug("event refused", reason=item.reason, error=describe(exc))
+                    elif item.attempts < ATTEMPTS:
                         self._queue.appendleft(item)
                         await self._clock.sleep(RETRY_SECONDS * item.attempts)
                     else:

@@ -8,6 +8,7 @@ so two stages can never race on a pod's status.
 
 from __future__ import annotations
 
+import calendar
 import copy
 import json
 import os
@@ -27,7 +28,19 @@ from nodeagent.model import Pod
 
 
 def rfc3339(ts: float) -> str:
+    """metav1.Time: seconds precision, UTC."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def parse_rfc3339(stamp: object) -> float | None:
+    """Seconds since the epoch of an API timestamp (its first 19 characters, taken as UTC:
+    metav1.Time, or the kubelet's config.seen annotation); None when it is not one."""
+    if not isinstance(stamp, str) or len(stamp) < 19:
+        return None
+    try:
+        return calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 class StatusSink(Protocol):

@@ -8,12 +8,12 @@ at the latest spec at least every RECHECK_SECONDS."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from nodeagent.stages import AgentHandle, Observe, PodContext
 from nodeagent.stash import StashKey
+from nodeagent.status import parse_rfc3339
 
 REASON = "DeadlineExceeded"
 MESSAGE = "Pod was active on the node longer than the specified deadline"
@@ -21,22 +21,12 @@ RECHECK_SECONDS = 2.0
 _STARTED: StashKey[float] = StashKey("activedeadline.started")
 
 
-def _api_start_time(status: Mapping[str, Any]) -> float | None:
-    value = status.get("startTime")
-    if not isinstance(value, str):
-        return None
-    try:
-        return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
-    except ValueError:
-        return None
-
-
 class ActiveDeadlineStage(Observe):
     name: ClassVar[str] = "activedeadline"
 
     async def observe(self, ctx: PodContext) -> None:
         clock = ctx.clock
-        started = ctx.stash.setdefault(_STARTED, _api_start_time(ctx.pod.status) or clock.now())
+        started = ctx.stash.setdefault(_STARTED, parse_rfc3339(ctx.pod.status.get("startTime")) or clock.now())
         while True:
             deadline = ctx.pod.spec.active_deadline_seconds
             if deadline is not None:

@@ -15,6 +15,7 @@ from nodeagent.events import Event, PodRef
 from nodeagent.model import Pod
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import NodeInfo, NodeView, Verdict
+from nodeagent.status import rfc3339
 from plugins.gang import GangConfig, GangStage
 from plugins.gang.catalog import ManifestCatalog, NoCatalog
 from plugins.gang.declaration import DeclarationError, created_at, declaration_of
@@ -452,8 +453,7 @@ class Cluster:
 
 
 def _stamp(seconds: float) -> str:
-    import time as _time
-    return _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(seconds))
+    return rfc3339(seconds)
 
 
 async def test_across_nodes_the_coordinator_commits_when_it_sees_every_vote_and_all_follow_its_record() -> None:

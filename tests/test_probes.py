@@ -3,8 +3,6 @@ through the agent and the real containerd (busybox pods, periodSeconds 1)."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -26,6 +24,7 @@ from nodeagent.clock import ManualClock
 from nodeagent.model import Container, Pod, Probe
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stash import Stash
+from nodeagent.status import parse_rfc3339
 from plugins.probes import grpchealth
 from plugins.probes.http import USER_AGENT, probe_http, probe_tcp
 from plugins.probes.prober import ProbeError, expand, resolve_port
@@ -594,4 +593,6 @@ class TestProbesContract(StageContract):
 
 
 def _rfc3339(value: str) -> float:
-    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
+    parsed = parse_rfc3339(value)
+    assert parsed is not None, value
+    return parsed

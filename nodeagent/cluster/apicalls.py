@@ -3,7 +3,6 @@ timestamps, and the one call lightkube does not offer (a delete with preconditio
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from lightkube import ApiError
@@ -41,11 +40,6 @@ def is_refused(exc: BaseException) -> bool:
 def describe(exc: BaseException) -> str:
     code = status_code(exc)
     return f"{code}: {exc}" if code is not None else f"{type(exc).__name__}: {exc}"
-
-
-def rfc3339(ts: float) -> str:
-    """metav1.Time: seconds precision."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 async def delete_pod(api: Any, namespace: str, name: str, uid: str, grace_period_seconds: int = 0) -> None:

@@ -29,8 +29,9 @@ from lightkube.types import PatchType
 
 from nodeagent import events as ev
 from nodeagent.clock import Clock, SystemClock
-from nodeagent.cluster.apicalls import describe, is_not_found, is_refused, rfc3339
+from nodeagent.cluster.apicalls import describe, is_not_found, is_refused
 from nodeagent.cluster.ratelimit import TokenBucket
+from nodeagent.status import rfc3339
 
 log = structlog.get_logger("nodeagent.cluster.events")
 

@@ -40,9 +40,10 @@ from lightkube.types import PatchType
 from cri import RuntimeClient
 from nodeagent import __version__, quantity
 from nodeagent.clock import Clock, SystemClock
-from nodeagent.cluster.apicalls import describe, is_conflict, is_not_found, rfc3339
+from nodeagent.cluster.apicalls import describe, is_conflict, is_not_found
 from nodeagent.config import AgentConfig
 from nodeagent.stages import NodeInfo
+from nodeagent.status import rfc3339
 
 log = structlog.get_logger("nodeagent.cluster.node")
 

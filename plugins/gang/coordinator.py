@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from nodeagent.status import parse_rfc3339, rfc3339
 from plugins.gang.names import (
     ABORT_REASONS,
     ABORTED,
@@ -50,17 +50,6 @@ _EXPIRY = re.compile(r"counts until (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 TERMINAL = frozenset({"Succeeded", "Failed"})
 
 
-def rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(stamp: Any) -> float | None:
-    if not isinstance(stamp, str) or len(stamp) < 19:
-        return None
-    try:
-        return datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
 
 
 def vote_message(expires: float) -> str:
@@ -107,14 +96,14 @@ class PodInfo:
         if self.prepared is None or not self.prepared.status or self.prepared.reason != WAITING:
             return None
         found = _EXPIRY.search(self.prepared.message)
-        return parse_time(found.group(1)) if found else None
+        return parse_rfc3339(found.group(1)) if found else None
 
 
 def _condition(raw: Mapping[str, Any] | None) -> Condition | None:
     if not raw:
         return None
     return Condition(raw.get("status") == "True", str(raw.get("reason") or ""), str(raw.get("message") or ""),
-                     parse_time(raw.get("lastTransitionTime")))
+                     parse_rfc3339(raw.get("lastTransitionTime")))
 
 
 def _index0(meta: Mapping[str, Any]) -> bool:
@@ -143,7 +132,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
     return PodInfo(
         uid=str(meta.get("uid") or ""), namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""), node=str(spec.get("nodeName") or ""),
-        created=parse_time(meta.get("creationTimestamp")), deleting=bool(meta.get("deletionTimestamp")),
+        created=parse_rfc3339(meta.get("creationTimestamp")), deleting=bool(meta.get("deletionTimestamp")),
         phase=str(status.get("phase") or ""), reason=str(status.get("reason") or ""),
         message=str(status.get("message") or ""),
         prepared=_condition(conditions.get(PREPARED_CONDITION)),

@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from nodeagent.model import Pod
+from nodeagent.status import parse_rfc3339
 from plugins.gang.catalog import GroupCatalog
 
 # nodeagent's own declaration, for standalone use (and to give minMember to a pod whose
@@ -104,13 +104,7 @@ def created_at(pod: Pod) -> float | None:
     """When the pod was created (API: creationTimestamp; static pods: when the file was seen),
     in seconds since the epoch, to the second; None when the pod says neither."""
     stamp = pod.metadata.creation_timestamp or pod.metadata.annotations.get("kubernetes.io/config.seen")
-    if not stamp:
-        return None
-    try:
-        parsed = datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")
-    except ValueError:
-        return None
-    return parsed.replace(tzinfo=UTC).timestamp()
+    return parse_rfc3339(stamp)
 
 
 # --- the sources, in order ----------------------------------------------------------------

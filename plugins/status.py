@@ -98,6 +98,12 @@ def _instances(runtime: PodRuntime, name: str) -> list[ContainerRecord]:
 def container_status(pod: Pod, container: Container, runtime: PodRuntime, facts: Facts, *,
                      init: bool = False, limit: int = MAX_POD_MESSAGE_BYTES) -> dict[str, Any]:
     instances = _instances(runtime, container.name)
+    if len(instances) > 1 and instances[0].state == "created" and instances[1].exited:
+        # A restart created but not started yet. The kubelet computes a status before its sync
+        # creates and starts, so it never shows this moment; shown, it pairs the new restart count
+        # with the old instance as lastState (the back-off test reads a negative restart delay).
+        # Until StartContainer returns, the previous instance stays the current one.
+        instances = instances[1:]
     if not instances:
         reason = "PodInitializing" if pod.spec.init_containers else "ContainerCreating"
         return {"name": container.name, "image": container.image, "imageID": "", "ready": False,

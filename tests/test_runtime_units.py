@@ -190,3 +190,19 @@ def test_termination_message_from_file_and_from_logs(tmp_path: Path) -> None:
     assert from_logs.endswith("line 99\nDONE")  # partial line: no newline added
     assert "line 20\n" not in from_logs and len(from_logs.encode()) <= 2048
     assert read_message(status(1, "File", message, "Error")).startswith("Error: xxx")
+
+
+def test_a_restart_created_but_not_started_is_not_shown_before_it_runs() -> None:
+    # Between CreateContainer and StartContainer the new instance must not surface: its restart
+    # count with the old instance as lastState would read as a restart that started before the
+    # previous instance ended (upstream "should cap back-off at MaxContainerBackOff").
+    p = pod("Always")
+    facts = Facts(now=1.0)
+    exited = rec("main", "exited", 1, attempt=0)
+    before = compute(p, runtime(exited), facts)["containerStatuses"][0]
+    during = compute(p, runtime(exited, rec("main", "created", attempt=1)), facts)["containerStatuses"][0]
+    assert during == before
+    assert during["restartCount"] == 0 and "terminated" in during["state"]
+    after = compute(p, runtime(exited, rec("main", "running", attempt=1)), facts)["containerStatuses"][0]
+    assert after["restartCount"] == 1 and "running" in after["state"]
+    assert after["lastState"]["terminated"]["exitCode"] == 1

@@ -479,6 +479,13 @@ class PodOS(_ApiModel):
     name: str
 
 
+class PodReadinessGate(_ApiModel):
+    """spec.readinessGates[]: a condition another writer sets in status.conditions; the pod is
+    Ready only while each is True (nodeagent/status.py, the kubelet's GeneratePodReadyCondition)."""
+
+    condition_type: str
+
+
 class PodSpec(_ApiModel):
     containers: list[Container] = Field(min_length=1)
     init_containers: list[Container] = Field(default_factory=list)
@@ -547,6 +554,7 @@ class PodSpec(_ApiModel):
 
     # Checked at admission (the kubelet's PodOSNotSupported); the node is Linux.
     os: PodOS | None = None
+    readiness_gates: list[PodReadinessGate] = Field(default_factory=list)
 
 
 class Pod(_ApiModel):

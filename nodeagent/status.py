@@ -288,6 +288,7 @@ def compute(rec: _PodRecord) -> dict[str, Any]:
     for condition in rec.conditions.values():
         conditions = [c for c in status.get("conditions", []) if c["type"] != condition["type"]]
         status["conditions"] = [*conditions, dict(condition)]
+    _apply_readiness_gates(status, pod)
     _stamp_transitions(status, rec)
 
     if rec.failed or (rec.reason and rec.state in (PodState.TERMINATING, PodState.TERMINATED)
@@ -342,6 +343,27 @@ def _apply_probe_results(status: dict[str, Any], rec: _PodRecord) -> None:
                                  message=f"containers with unready status: [{' '.join(unready)}]")
             else:
                 condition["status"] = "True"
+
+
+def _apply_readiness_gates(status: dict[str, Any], pod: Pod) -> None:
+    """GeneratePodReadyCondition: with every container ready, the pod is Ready only while each
+    readiness gate's condition (written by another party, read from the API's copy of the pod)
+    is True."""
+    if not pod.spec.readiness_gates:
+        return
+    ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), None)
+    if ready is None or ready["status"] != "True":
+        return  # not ready anyway: the containers' reason stands
+    others = {c.get("type"): c.get("status") for c in pod.status.get("conditions") or []}
+    unready = []
+    for gate in pod.spec.readiness_gates:
+        found = others.get(gate.condition_type)
+        if found is None:
+            unready.append(f'corresponding condition of pod readiness gate "{gate.condition_type}" does not exist.')
+        elif found != "True":
+            unready.append(f'the status of pod readiness gate "{gate.condition_type}" is not "True", but {found}')
+    if unready:
+        ready.update(status="False", reason="ReadinessGatesNotReady", message=", ".join(unready))
 
 
 def _reason_dict(reason: str, message: str) -> dict[str, str]:

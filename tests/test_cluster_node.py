@@ -21,7 +21,7 @@ import pytest
 
 from controlplane import ControlPlane
 from nodeagent.clock import ManualClock
-from nodeagent.cluster.mergepatch import api_status, merge_diff
+from nodeagent.cluster.mergepatch import api_status, merge_diff, status_patch
 from nodeagent.cluster.node import KUBELET_VERSION, resources
 from nodeagent.cluster.ratelimit import TokenBucket
 from nodeagent.config import AgentConfig
@@ -235,7 +235,29 @@ def test_api_status_keeps_transition_times_and_foreign_conditions() -> None:
     by_type = {c["type"]: c for c in out["conditions"]}
     assert by_type["Ready"]["lastTransitionTime"] == "2030-01-01T00:00:01Z"  # unchanged status: kept
     assert by_type["Initialized"]["lastTransitionTime"] == "2030-01-01T00:00:09Z"  # changed: new time
-    assert by_type["DisruptionTarget"] == {"type": "DisruptionTarget", "status": "True"}  # not ours: kept
+    assert "DisruptionTarget" not in by_type  # not ours: never sent (status_patch leaves it alone)
+
+
+def test_status_patch_merges_conditions_by_type_and_leaves_other_writers_alone() -> None:
+    ready = {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": "T1"}
+    gate = {"type": "example.com/gate", "status": "True"}
+    in_api = {"phase": "Pending", "nominatedNodeName": "n", "podIPs": [{"ip": "10.0.0.9"}],
+              "conditions": [gate, {"type": "PodResizeInProgress", "status": "True"}, ready]}
+    ours = {"phase": "Running", "podIPs": [{"ip": "10.0.0.2"}],
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "T2"}]}
+    # First write against the API's copy: another writer's condition and keys stay; the node's
+    # own resize condition and a stale pod IP go; a changed condition nulls what we no longer say.
+    assert status_patch(in_api, ours, first=True) == {
+        "phase": "Running",
+        "podIPs": [{"ip": "10.0.0.2"}, {"ip": "10.0.0.9", "$patch": "delete"}],
+        "conditions": [{"type": "Ready", "status": "True", "reason": None, "lastTransitionTime": "T2"},
+                       {"type": "PodResizeInProgress", "$patch": "delete"}],
+    }
+    # Later writes against what we wrote: a condition we stop reporting is deleted by type.
+    later = {**ours, "conditions": [*ours["conditions"], {"type": "PodResizePending", "status": "True"}]}
+    assert status_patch(later, ours, first=False) == {
+        "conditions": [{"type": "PodResizePending", "$patch": "delete"}]}
+    assert status_patch(ours, ours, first=False) == {}
 
 
 async def test_token_bucket_allows_a_burst_then_the_rate() -> None:

@@ -481,8 +481,9 @@ async def test_status_sink_patches_only_changes_and_deletes_after_a_requested_de
     assert len(api.patches) == 1  # only a re-stamped time: nothing to write
     await sink.write(ref, {"phase": "Running", "conditions": [{**ready, "status": "True", "lastTransitionTime": "T3"}]})
     await sink.sync()
+    # A strategic merge patch: the changed condition by type, with only what changed.
     assert api.patches[-1][2]["status"] == {"phase": "Running", "reason": None, "conditions": [
-        {"type": "Ready", "status": "True", "reason": "ContainersNotReady", "lastTransitionTime": "T3"}]}
+        {"type": "Ready", "status": "True", "lastTransitionTime": "T3"}]}
 
     # A pod no source runs (an orphan) is not written; forgetting a pod that is not being
     # deleted deletes nothing.
@@ -536,3 +537,65 @@ async def test_ephemeral_containers_start_once_in_the_running_pod(
         assert len(onces) == 1  # never restarted
         status = (await get_json(control_plane, "pod", name))["status"]
         assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"  # not counted
+
+
+# --- readiness gates -----------------------------------------------------------------------------
+
+
+async def test_readiness_gates_hold_ready_until_their_conditions_are_true(
+        control_plane: ControlPlane, containerd: Any, tmp_path: Path) -> None:
+    """Upstream's "should support pod readiness gates": Ready follows the gates' conditions that
+    another writer patches into status, and our own status writes never undo those conditions."""
+    from tests.test_apivolumes import cluster_node, container
+
+    gates = ["k8s.io/test-condition1", "k8s.io/test-condition2"]
+    async with cluster_node(containerd, control_plane, tmp_path) as node:
+        name = f"gated-{node.name}"
+        pod = await node.run_pod(name, container("main"),
+                                 readinessGates=[{"conditionType": g} for g in gates])
+        uid = pod["metadata"]["uid"]
+        await wait_for(lambda: node.running(uid, "main"), 60, "main running")
+
+        async def ready_condition(expect: str, reason: str | None = None) -> dict[str, Any] | None:
+            obj = await get_json(control_plane, "pod", name)
+            status = (obj or {}).get("status", {})
+            ready = {c["type"]: c for c in status.get("conditions", [])}.get("Ready")
+            containers = {c["type"]: c for c in status.get("conditions", [])}.get("ContainersReady")
+            if ready is None or containers is None or containers["status"] != "True":
+                return None
+            if ready["status"] != expect or ready.get("reason") != reason:
+                return None
+            return ready
+
+        unready = await wait_for(lambda: ready_condition("False", "ReadinessGatesNotReady"), 60,
+                                 "containers ready, pod not Ready for its gates")
+        assert unready["message"] == ('corresponding condition of pod readiness gate "k8s.io/test-condition1" '
+                                      'does not exist., corresponding condition of pod readiness gate '
+                                      '"k8s.io/test-condition2" does not exist.')
+
+        async def set_gate(gate: str, value: str) -> None:
+            patch = {"status": {"conditions": [{"type": gate, "status": value}]}}
+            await node.kubectl("patch", "pod", name, "--subresource", "status", "--type", "strategic",
+                               "-p", json.dumps(patch))
+
+        await set_gate(gates[0], "True")
+        one = await wait_for(lambda: ready_condition("False", "ReadinessGatesNotReady"), 30, "one gate left")
+        await wait_for(lambda: _message_is(control_plane, name, 'corresponding condition of pod readiness gate '
+                                           '"k8s.io/test-condition2" does not exist.'), 30, "only gate 2 missing")
+        assert one["status"] == "False"
+        await set_gate(gates[1], "True")
+        await wait_for(lambda: ready_condition("True"), 30, "Ready once both gates are True")
+        await set_gate(gates[0], "False")
+        unready = await wait_for(lambda: ready_condition("False", "ReadinessGatesNotReady"), 30,
+                                 "not Ready once a gate turns False")
+        assert unready["message"] == 'the status of pod readiness gate "k8s.io/test-condition1" is not "True", but False'
+        # The gates' conditions are the other writer's: ours never removed or reverted them.
+        obj = await get_json(control_plane, "pod", name)
+        by_type = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
+        assert by_type[gates[0]] == "False" and by_type[gates[1]] == "True"
+
+
+async def _message_is(cp: ControlPlane, name: str, message: str) -> bool:
+    obj = await get_json(cp, "pod", name)
+    ready = {c["type"]: c for c in (obj or {}).get("status", {}).get("conditions", [])}.get("Ready", {})
+    return ready.get("message") == message

@@ -278,9 +278,10 @@ def test_pod_requests_count_sidecars_and_the_largest_init_container() -> None:
 def test_a_resize_condition_the_node_no_longer_reports_is_removed_from_the_api() -> None:
     """The API's copy of PodResizeInProgress is the node's own: not carried over as another
     writer's condition once the resize is done."""
-    from nodeagent.cluster.mergepatch import api_status
+    from nodeagent.cluster.mergepatch import api_status, status_patch
 
     in_api = {"conditions": [{"type": "PodResizeInProgress", "status": "True"},
                              {"type": "DisruptionTarget", "status": "True"}]}
     sent = api_status({"conditions": [{"type": "Ready", "status": "True"}]}, None, in_api)
-    assert [c["type"] for c in sent["conditions"]] == ["Ready", "DisruptionTarget"]
+    assert status_patch(in_api, sent, first=True)["conditions"] == [
+        {"type": "Ready", "status": "True"}, {"type": "PodResizeInProgress", "$patch": "delete"}]

@@ -5,7 +5,7 @@ What it adds to the agent, each in its own module:
 * ``node``       — the Node object: registration, capacity, conditions, kept current;
 * ``lease``      — the heartbeat Lease in kube-node-lease;
 * ``source``     — the API pod source (pods bound to the node, as wanted-pod facts);
-* ``statussink`` — the status writer's sink to the API (merge patches, graceful deletion's end);
+* ``statussink`` — the status writer's sink to the API (strategic merge patches, graceful deletion's end);
 * ``mirror``     — mirror pods for static pods;
 * ``kubeevents`` — the kubelet's Events from bus facts.
 

@@ -3,7 +3,8 @@
 It lists and then watches pods with ``fieldSelector=spec.nodeName=<node>`` in every namespace,
 and publishes the same facts as the static source: ``PodSpecObserved`` (origin ``api``) when a
 pod appears or its metadata or spec change (status-only changes, most of them our own writes,
-are not news), and ``PodDeletionRequested`` when a deletion is requested (deletionTimestamp,
+are not news; the conditions its readiness gates name are), and ``PodDeletionRequested`` when a
+deletion is requested (deletionTimestamp,
 with metadata.deletionGracePeriodSeconds; again if a later request shortens the grace) or when
 the object disappears. The watch resumes from the last resourceVersion seen; when that is too
 old (410 Gone) the source lists again and turns the difference into facts. When the API server
@@ -82,8 +83,14 @@ def is_mirror(pod: Mapping[str, Any]) -> bool:
 
 
 def _fingerprint(pod: Mapping[str, Any]) -> str:
+    """What makes a change news: metadata and spec, and the conditions the pod's readiness gates
+    name (another writer sets them; Ready follows them, as the kubelet's reconcile does)."""
     meta = {k: v for k, v in (pod.get("metadata") or {}).items() if k not in _NOT_SPEC}
-    return json.dumps({"metadata": meta, "spec": pod.get("spec")}, sort_keys=True, default=str)
+    spec = pod.get("spec") or {}
+    gated = {g.get("conditionType") for g in spec.get("readinessGates") or []}
+    gates = {c.get("type"): c.get("status") for c in (pod.get("status") or {}).get("conditions") or []
+             if c.get("type") in gated}
+    return json.dumps({"metadata": meta, "spec": spec, "gates": gates}, sort_keys=True, default=str)
 
 
 def _ref(pod: Mapping[str, Any]) -> ev.PodRef:

@@ -4,9 +4,10 @@
 writer nor a pod worker ever waits on the network; one task sends, at the kubelet's client-side
 rate (kubeAPIQPS / kubeAPIBurst), retrying with back-off while the API server is away:
 
-* pod status goes as a JSON merge patch to the ``status`` subresource, only when it differs from
-  what we last wrote (or, after a restart, from the API's copy), with the pod's UID in the patch
-  as a precondition (a re-created pod with the same name is never written);
+* pod status goes as a strategic merge patch to the ``status`` subresource, only when it differs
+  from what we last wrote (or, after a restart, from the API's copy), with the pod's UID in the
+  patch as a precondition (a re-created pod with the same name is never written); conditions
+  are patched by type, so other writers' conditions (readiness gates) are never overwritten;
 * a static pod's status goes to its mirror pod;
 * ``forget`` (a worker is done: every container has stopped and the pod is torn down) of a pod
   whose deletion was requested through the API deletes the object with grace 0 and a UID
@@ -27,7 +28,7 @@ from lightkube.types import PatchType
 
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.cluster.apicalls import delete_pod, describe, is_refused
-from nodeagent.cluster.mergepatch import api_status, merge_diff
+from nodeagent.cluster.mergepatch import api_status, status_patch
 from nodeagent.cluster.ratelimit import TokenBucket
 from nodeagent.cluster.source import ApiPodSource
 from nodeagent.events import PodRef
@@ -153,12 +154,10 @@ class ApiStatusSink:
     async def _patch(self, ref: PodRef, computed: dict[str, Any], target: Target) -> None:
         previous = self._written.get(target.uid)
         status = api_status(computed, previous, target.status)
-        if previous is not None:
-            patch = merge_diff(previous, status)
-        else:
-            # First write in this run: compare with the API's copy, and leave alone the keys we
-            # do not produce (they may be another writer's, e.g. nominatedNodeName).
-            patch = merge_diff(target.status, status, remove=False)
+        # First write in this run: compare with the API's copy, and leave alone the keys we
+        # do not produce (they may be another writer's, e.g. nominatedNodeName).
+        patch = status_patch(previous if previous is not None else target.status, status,
+                             first=previous is None)
         if not patch:
             self._written[target.uid] = status
             return
@@ -166,7 +165,7 @@ class ApiStatusSink:
         try:
             await self._api.patch(ApiPodResource.Status, target.name,
                                   {"metadata": {"uid": target.uid}, "status": patch},
-                                  namespace=target.namespace, patch_type=PatchType.MERGE)
+                                  namespace=target.namespace, patch_type=PatchType.STRATEGIC)
         except Exception as exc:
             if is_refused(exc):
                 # Gone (404), re-created under the same name (409: the UID precondition failed),

@@ -28,6 +28,7 @@ from nodeagent.bus import TOPOLOGY, Bus
 from nodeagent.claims import ClaimStore
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.cluster import ClusterMode
+from nodeagent.cluster.node import architecture
 from nodeagent.config import AgentConfig
 from nodeagent.dispatcher import Dispatcher
 from nodeagent.endpoint import Routes, serve
@@ -105,7 +106,8 @@ class Agent:
             name=config.node_name,
             ip=config.node_ip,
             allocatable=node_allocatable(config),
-            labels={"kubernetes.io/hostname": config.node_name, "kubernetes.io/os": "linux"},
+            labels={"kubernetes.io/hostname": config.node_name, "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": architecture()},
         )
         self.metrics = Metrics()
         self.trace = Trace(config.trace_file)

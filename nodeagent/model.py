@@ -555,6 +555,11 @@ class PodSpec(_ApiModel):
     # Checked at admission (the kubelet's PodOSNotSupported); the node is Linux.
     os: PodOS | None = None
     readiness_gates: list[PodReadinessGate] = Field(default_factory=list)
+    # Re-checked at admission against the Node's labels (plugins/nodeaffinity.py); of
+    # spec.affinity only nodeAffinity's required terms matter to a node, the rest is the
+    # scheduler's.
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    affinity: dict[str, Any] | None = None
 
 
 class Pod(_ApiModel):

@@ -1,9 +1,11 @@
-"""Admission by node fit (the kubelet's predicate admit handler): the pod's OS, max pods, and
-CPU / memory requests against allocatable.
+"""Admission by node fit (the kubelet's predicate admit handler): the pod's OS, max pods, CPU /
+memory requests against allocatable, and its nodeSelector / required node affinity against the
+Node's labels (those the agent knows, then the Node object in the API, which an administrator
+may have labelled, as the kubelet fetches it again before rejecting).
 
 Reasons and messages are the kubelet's (PodOSNotSupported, PodOSSelectorNodeLabelDoesNotMatch,
-OutOfpods, OutOfcpu, OutOfmemory; "Node didn't have enough resource: ..."), so that tooling
-built for the kubelet recognises them.
+OutOfpods, OutOfcpu, OutOfmemory; "Node didn't have enough resource: ..."; NodeAffinity), so
+that tooling built for the kubelet recognises them.
 """
 
 from __future__ import annotations
@@ -11,12 +13,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import anyio
+import structlog
+from lightkube.resources.core_v1 import Node
+
 from nodeagent import quantity
+from nodeagent.cluster.apicalls import describe
 from nodeagent.model import Pod
 from nodeagent.stages import Admit, AgentHandle, NodeView, Result
+from plugins import nodeaffinity
+
+log = structlog.get_logger("nodeagent.noderesources")
 
 NODE_OS = "linux"  # the kubelet compares with runtime.GOOS; nodeagent runs Linux nodes only
 OS_LABEL = "kubernetes.io/os"
+NODE_READ_TIMEOUT_SECONDS = 10.0
 
 
 def pod_requests(pod: Pod) -> dict[str, int]:
@@ -34,6 +45,28 @@ def pod_requests(pod: Pod) -> dict[str, int]:
 
 class NodeResources(Admit):
     name: ClassVar[str] = "noderesources"
+
+    def __init__(self, api: Any = None) -> None:
+        self._api = api
+
+    async def _affinity_fits(self, pod: Pod, node: NodeView) -> bool:
+        spec = pod.spec
+        if not spec.node_selector and not spec.affinity:
+            return True
+        name = node.node.name
+        if nodeaffinity.matches(name, node.node.labels, spec.node_selector, spec.affinity):
+            return True
+        if self._api is None:
+            return False
+        # Labels an administrator added live only in the API: read the Node before rejecting.
+        try:
+            with anyio.fail_after(NODE_READ_TIMEOUT_SECONDS):
+                found = await self._api.get(Node, name)
+        except Exception as exc:  # noqa: BLE001 - the API is away: decide on the labels we know
+            log.warning("cannot read the Node's labels; deciding on those the agent set", error=describe(exc))
+            return False
+        labels = {**node.node.labels, **((found.metadata.labels if found.metadata else None) or {})}
+        return nodeaffinity.matches(name, labels, spec.node_selector, spec.affinity)
 
     async def admit(self, pod: Pod, node: NodeView) -> Result:
         # OS checks first: evicting other pods could never make room for these.
@@ -61,13 +94,15 @@ class NodeResources(Admit):
                     f"Node didn't have enough resource: {res}, requested: {wanted[res]}, "
                     f"used: {used}, capacity: {allocatable[res]}",
                 )
+        if not await self._affinity_fits(pod, node):
+            return Result.reject(nodeaffinity.REASON, nodeaffinity.MESSAGE)
         return Result.ok()
 
 
 def plugin(config: Mapping[str, Any], handle: AgentHandle) -> NodeResources:
     if config:
         raise TypeError(f"noderesources takes no configuration, got {sorted(config)}")
-    return NodeResources()
+    return NodeResources(handle.api)
 
 
 plugin.stage_class = NodeResources  # type: ignore[attr-defined]

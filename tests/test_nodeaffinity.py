@@ -1,0 +1,92 @@
+"""Admission re-checks nodeSelector and required node affinity against the Node's labels (the
+kubelet's GeneralPredicates): pure matching, a static pod, and an API pod bound straight to a
+node (spec.nodeName, no scheduler) before and after an administrator labels the Node."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plugins.nodeaffinity import MESSAGE, REASON, matches
+from tests.agent_helpers import pod_manifest, runtime_objects, running_agent, wait_for
+
+pytestmark = pytest.mark.anyio
+
+LABELS = {"kubernetes.io/hostname": "n1", "kubernetes.io/os": "linux", "zone": "a", "gpus": "8"}
+
+
+def required(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}}
+
+
+def test_node_selector_needs_every_label() -> None:
+    assert matches("n1", LABELS, {}, None)
+    assert matches("n1", LABELS, {"zone": "a", "kubernetes.io/os": "linux"}, None)
+    assert not matches("n1", LABELS, {"zone": "a", "disk": "ssd"}, None)
+    assert not matches("n1", LABELS, {"zone": "b"}, None)
+
+
+def test_required_terms_are_ored_and_their_expressions_anded() -> None:
+    def expr(key: str, op: str, *values: str) -> dict[str, Any]:
+        return {"key": key, "operator": op, **({"values": list(values)} if values else {})}
+
+    assert matches("n1", LABELS, {}, required({"matchExpressions": [expr("zone", "In", "a", "b")]}))
+    assert not matches("n1", LABELS, {}, required({"matchExpressions": [expr("zone", "NotIn", "a")]}))
+    assert matches("n1", LABELS, {}, required({"matchExpressions": [expr("disk", "NotIn", "ssd")]}))
+    assert matches("n1", LABELS, {}, required({"matchExpressions": [expr("gpus", "Gt", "4"), expr("zone", "Exists")]}))
+    assert not matches("n1", LABELS, {}, required({"matchExpressions": [expr("gpus", "Lt", "4")]}))
+    assert not matches("n1", LABELS, {}, required({"matchExpressions": [expr("zone", "Gt", "4")]}))  # not an integer
+    assert not matches("n1", LABELS, {}, required({"matchExpressions": [expr("zone", "DoesNotExist")]}))
+    # Terms are ORed; an empty term matches nothing.
+    assert matches("n1", LABELS, {}, required({"matchExpressions": [expr("zone", "In", "b")]},
+                                               {"matchFields": [expr("metadata.name", "In", "n1")]}))
+    assert not matches("n1", LABELS, {}, required({}))
+    assert not matches("n2", LABELS, {}, required({"matchFields": [expr("metadata.name", "In", "n1")]}))
+    # Both the selector and the affinity must hold; preferred terms are the scheduler's.
+    preferred = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [expr("zone", "In", "z")]}}]}}
+    assert matches("n1", LABELS, {}, preferred)
+    assert not matches("n1", LABELS, {"zone": "b"}, required({"matchExpressions": [expr("zone", "Exists")]}))
+
+
+async def test_static_pods_are_admitted_by_the_nodes_labels(containerd: Any, tmp_path: Path) -> None:
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("here.yaml", pod_manifest("here", nodeSelector={"kubernetes.io/os": "linux"},
+                                            affinity=required({"matchFields": [
+                                                {"key": "metadata.name", "operator": "In", "values": [env.node]}]})))
+        env.write("elsewhere.yaml", pod_manifest("elsewhere", nodeSelector={"disktype": "ssd"}))
+        await env.wait_running("here")
+
+        async def rejected() -> dict[str, Any] | None:
+            status = env.status_of("elsewhere")
+            return status if status.get("phase") == "Failed" else None
+
+        status = await wait_for(rejected, what="the pod whose nodeSelector the node lacks rejected")
+        assert status["reason"] == REASON
+        assert status["message"] == f"Pod was rejected: {MESSAGE}"
+        sandboxes, _ = await runtime_objects(env.client, env.node)
+        assert len(sandboxes) == 1  # nothing was set up for the rejected pod
+
+
+async def test_api_pod_bound_to_a_node_it_does_not_match_is_rejected_until_the_node_is_labelled(
+        containerd: Any, control_plane: Any, tmp_path: Path) -> None:
+    from tests.test_apivolumes import cluster_node, container
+
+    async with cluster_node(containerd, control_plane, tmp_path) as node:
+        # Bound by its creator (spec.nodeName): no scheduler checked the selector.
+        first = await node.run_pod(f"ssd1-{node.name}", container("main"), nodeSelector={"disktype": "ssd"})
+
+        async def failed(name: str) -> dict[str, Any] | None:
+            obj = json.loads(await node.kubectl("get", "pod", name, "-o", "json"))
+            return obj["status"] if obj.get("status", {}).get("phase") == "Failed" else None
+
+        status = await wait_for(lambda: failed(first["metadata"]["name"]), 60, "the unmatched pod rejected")
+        assert status["reason"] == REASON and status["message"] == f"Pod was rejected: {MESSAGE}"
+        # An administrator labels the Node: the agent reads the Node before rejecting again.
+        await node.kubectl("label", "node", node.name, "disktype=ssd")
+        second = await node.run_pod(f"ssd2-{node.name}", container("main"), nodeSelector={"disktype": "ssd"})
+        uid = second["metadata"]["uid"]
+        await wait_for(lambda: node.running(uid, "main"), 60, "the pod runs once the Node has the label")

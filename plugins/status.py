@@ -44,7 +44,6 @@ from plugins.runtime.termination_message import MAX_POD_MESSAGE_BYTES, read_mess
 RESYNC_SECONDS = 10.0
 
 MESSAGES = StashKey[dict[str, str]]("status.termination_messages")
-TRANSITIONS = StashKey[dict[str, tuple[str, str]]]("status.condition_transitions")
 
 
 @dataclass(frozen=True)
@@ -56,9 +55,9 @@ class Facts:
     post_start_running: frozenset[str] = frozenset()
     """Container ids still in their postStart hook: running, not yet started."""
     node_ip: str = ""
-    transitions: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """Condition type -> (status, lastTransitionTime), kept while the status stays the same."""
     now: float = 0.0
+    """When this status is computed: a condition's lastTransitionTime until the status writer,
+    which knows what was published before, keeps an earlier one (nodeagent/status.py)."""
     resize: ResizeState | None = None
     """Allocated and applied resources, resize conditions (plugins/runtime/resize.py)."""
     reset_at: int = 0
@@ -189,7 +188,6 @@ def resize_conditions(state: ResizeState | None, facts: Facts) -> list[dict[str,
     found = []
     for kind, value in ((RESIZE_PENDING, state.pending), (RESIZE_IN_PROGRESS, state.in_progress)):
         if value is None:
-            facts.transitions.pop(kind, None)
             continue
         condition = _condition(kind, True, facts, *value)
         condition["observedGeneration"] = state.observed_generation
@@ -268,10 +266,7 @@ def pod_phase(pod: Pod, init_statuses: Sequence[Mapping[str, Any]], statuses: Se
 
 def _condition(kind: str, ok: bool, facts: Facts, reason: str = "", message: str = "") -> dict[str, Any]:
     status = "True" if ok else "False"
-    previous = facts.transitions.get(kind)
-    at = previous[1] if previous is not None and previous[0] == status else rfc3339(facts.now)
-    facts.transitions[kind] = (status, at)
-    condition: dict[str, Any] = {"type": kind, "status": status, "lastTransitionTime": at}
+    condition: dict[str, Any] = {"type": kind, "status": status, "lastTransitionTime": rfc3339(facts.now)}
     if reason:
         condition["reason"] = reason
     if message:
@@ -402,13 +397,12 @@ class StatusStage(Observe):
 
     async def observe(self, ctx: PodContext) -> None:
         notes = notes_of(ctx.stash)
-        transitions = ctx.stash.setdefault(TRANSITIONS, {})
         while True:
             changed = notes.changed
             runtime = ctx.observed
             facts = Facts(messages=await _read_messages(ctx, runtime),
                           post_start_running=frozenset(notes.post_start_running),
-                          node_ip=ctx.node.ip, transitions=transitions, now=time.time(),
+                          node_ip=ctx.node.ip, now=time.time(),
                           resize=state_of(ctx.stash), reset_at=restartall.reset_at(ctx.stash))
             status = compute(ctx.pod, runtime, facts)
             for name in settled(ctx.pod, runtime, status["phase"]):

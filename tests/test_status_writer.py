@@ -57,3 +57,30 @@ async def test_a_change_seen_first_by_a_reader_still_reaches_the_sinks() -> None
     assert len(sink.writes) == 2
     await writer.flush()  # nothing changed: nothing is written again
     assert len(sink.writes) == 2
+
+
+async def test_a_condition_that_goes_and_comes_back_gets_a_new_transition_time() -> None:
+    # A resize condition is reported, dropped when the resize is done, and reported again by the
+    # next resize: its lastTransitionTime is that of its return, not of its first appearance.
+    writer = StatusWriter([RecordingSink()], host_ip="10.0.0.1")
+    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.set_state("u1", PodState.RUNNING)
+    reporter = writer.reporter("u1")
+    base = {"phase": "Running", "containerStatuses": [
+        {"name": "c", "ready": True, "started": True, "restartCount": 0, "state": {"running": {}}}]}
+    resizing = {"type": "PodResizeInProgress", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+    def transition() -> str | None:
+        found = [c for c in writer.get("u1")["conditions"] if c["type"] == "PodResizeInProgress"]
+        return found[0]["lastTransitionTime"] if found else None
+
+    reporter.set_observed({**base, "conditions": [resizing]})
+    assert transition() == "2026-01-01T00:00:00Z"
+    reporter.set_observed({**base, "conditions": [{**resizing, "lastTransitionTime": "2026-01-01T00:00:05Z"}]})
+    assert transition() == "2026-01-01T00:00:00Z"  # unchanged status: the first time stays
+    reporter.set_observed({**base, "conditions": []})
+    assert transition() is None
+    reporter.set_observed({**base, "conditions": [{**resizing, "lastTransitionTime": "2026-01-01T00:01:00Z"}]})
+    assert transition() != "2026-01-01T00:00:00Z"  # back: not the time of its first appearance

@@ -479,6 +479,10 @@ class PodOS(_ApiModel):
     name: str
 
 
+class LocalObjectReference(_ApiModel):
+    name: str = ""
+
+
 class PodReadinessGate(_ApiModel):
     """spec.readinessGates[]: a condition another writer sets in status.conditions; the pod is
     Ready only while each is True (nodeagent/status.py, the kubelet's GeneratePodReadyCondition)."""
@@ -555,6 +559,9 @@ class PodSpec(_ApiModel):
     # Checked at admission (the kubelet's PodOSNotSupported); the node is Linux.
     os: PodOS | None = None
     readiness_gates: list[PodReadinessGate] = Field(default_factory=list)
+    image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list)
+    """Registry credentials for pulls, read from the API by the runtime stage
+    (plugins/runtime/pullsecrets.py); standalone, reported unhonoured by plugins/apivolumes."""
     # Re-checked at admission against the Node's labels (plugins/nodeaffinity.py); of
     # spec.affinity only nodeAffinity's required terms matter to a node, the rest is the
     # scheduler's.

@@ -37,6 +37,8 @@ class ObjectData:
     """configMap ``data``."""
     binary: dict[str, bytes] = field(default_factory=dict)
     """configMap ``binaryData``; every key of a secret (its ``data``, base64-decoded)."""
+    type: str = ""
+    """A secret's ``type`` (``kubernetes.io/dockerconfigjson``, ...)."""
 
     def env_values(self) -> dict[str, str]:
         """What env sees: a configMap's ``data`` only (binaryData never reaches env, as in the
@@ -97,4 +99,5 @@ class ObjectReader:
         if kind == "ConfigMap":
             return ObjectData(kind, name, strings=dict(obj.data or {}),
                               binary={k: base64.b64decode(v) for k, v in (obj.binaryData or {}).items()})
-        return ObjectData(kind, name, binary={k: base64.b64decode(v) for k, v in (obj.data or {}).items()})
+        return ObjectData(kind, name, binary={k: base64.b64decode(v) for k, v in (obj.data or {}).items()},
+                          type=obj.type or "")

@@ -1,5 +1,6 @@
 """What a pod needs from the API server: the volumes and env references this stage resolves,
-and their field paths (reported as unhonoured when there is no API server)."""
+and their field paths (reported as unhonoured when there is no API server), imagePullSecrets
+among them (the runtime stage reads those, plugins/runtime/pullsecrets.py)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ def api_fields(pod: Pod) -> list[str]:
                     found.append(f"spec.{group}[{j}].env[{k}].valueFrom.configMapKeyRef")
                 if source is not None and source.secret_key_ref is not None:
                     found.append(f"spec.{group}[{j}].env[{k}].valueFrom.secretKeyRef")
+    # Read by the runtime stage; listed here so that a standalone agent reports them with the
+    # rest (one stage owns the unhonoured-fields condition). Empty names are ignored, as the
+    # kubelet ignores them.
+    found += [f"spec.imagePullSecrets[{i}]" for i, ref in enumerate(pod.spec.image_pull_secrets) if ref.name]
     return found
 
 

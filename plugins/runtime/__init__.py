@@ -42,6 +42,7 @@ from nodeagent.stages import (
 from nodeagent.stash import StashKey
 from plugins.runtime import podcgroup
 from plugins.runtime.images import ImagePuller
+from plugins.runtime.pullsecrets import PullSecrets
 from plugins.runtime.resize import Ledger, Resizer, allocated_pod, ensure_state
 from plugins.runtime.sandbox import log_directory, sandbox_config
 from plugins.runtime.sync import RESYNC_SECONDS, SANDBOX_KEY, Syncer, acted
@@ -69,8 +70,9 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
 
     async def prepare(self, ctx: PodContext) -> Result:
         refs: dict[str, str] = {}
+        secrets = PullSecrets(ctx)
         for container in ctx.pod.all_containers():
-            ref, problem = await self._images.ensure(ctx, container)
+            ref, problem = await self._images.ensure(ctx, container, secrets)
             if problem is not None:
                 return problem
             ctx.status.clear_container_waiting(container.name)

@@ -54,3 +54,15 @@ class ContainerFailed(Event):
     container: str
     reason: Literal["CreateContainerConfigError", "CreateContainerError", "RunContainerError"]
     message: str
+
+
+class PullSecretsUnavailable(Event):
+    """An image pull failed while some of the pod's imagePullSecrets could not be read (the
+    kubelet's Warning ``FailedToRetrieveImagePullSecret``, sent only after a failed pull).
+    Names the secrets, never their content."""
+
+    kind: Literal["PullSecretsUnavailable"] = "PullSecretsUnavailable"
+    container: str
+    secrets: list[str]
+    reason: Literal["FailedToRetrieveImagePullSecret"] = "FailedToRetrieveImagePullSecret"
+    message: str

@@ -2,6 +2,11 @@
 
 Reasons shown to users are the kubelet's: ErrImagePull after a failed pull, ImagePullBackOff
 while waiting to try again, ErrImageNeverPull for policy Never and an absent image.
+
+Pulls use the pod's imagePullSecrets (plugins/runtime/pullsecrets.py) as the kubelet does: the
+credentials whose registry matches the image are tried in turn until one pull succeeds (the
+error of a failed image says what each attempt answered); with none matching, the pull is
+anonymous. An anonymous attempt never follows failed credentials.
 """
 
 from __future__ import annotations
@@ -9,10 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cri import CriError
+from cri import types as t
 from nodeagent.events import ImagePulled
 from nodeagent.model import Container
 from nodeagent.stages import PodContext, Result
 from plugins.runtime.backoff import Backoff
+from plugins.runtime.events import PullSecretsUnavailable
+from plugins.runtime.pullsecrets import PullCredentials, PullSecrets, missing_message
 
 IMAGE_BACKOFF_INITIAL = 10.0  # the kubelet's imageBackOffPeriod
 IMAGE_BACKOFF_MAX = 300.0  # MaxImageBackOff
@@ -27,8 +35,10 @@ class ImagePuller:
     def new(cls) -> ImagePuller:
         return cls(Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_MAX), {})
 
-    async def ensure(self, ctx: PodContext, container: Container) -> tuple[str, Result | None]:
-        """Returns the image reference to run, or a RETRY result that says why not."""
+    async def ensure(self, ctx: PodContext, container: Container,
+                     secrets: PullSecrets | None = None) -> tuple[str, Result | None]:
+        """Returns the image reference to run, or a RETRY result that says why not. ``secrets``
+        gives the pod's pull credentials (read once per pass, when a pull needs them)."""
         image = container.image
         policy = container.pull_policy
         present = await ctx.runtime.image_status(image)
@@ -49,16 +59,46 @@ class ImagePuller:
             message = f'Back-off pulling image "{image}"'
             ctx.status.container_waiting(container.name, "ImagePullBackOff", message)
             return "", Result.retry("ImagePullBackOff", message, retry_after=wait)
+        credentials = await (secrets or PullSecrets(ctx)).get()
         try:
-            ref = await ctx.runtime.pull_image(image)
-        except CriError as exc:
+            ref = await _pull(ctx, image, credentials)
+        except PullFailed as exc:
             self._last_failure[key] = now
             self.backoff.next(key, now)
-            message = f'Failed to pull image "{image}": {exc.details or exc}'
+            message = f'Failed to pull image "{image}": {exc}'
             ctx.status.container_waiting(container.name, "ErrImagePull", message)
             ctx.log.warning("image pull failed", image=image, error=str(exc))
+            if credentials.missing:
+                await ctx.publish(PullSecretsUnavailable(container=container.name, secrets=credentials.missing,
+                                                         message=missing_message(credentials.missing)))
             # Come back soon: the next call finds the image in back-off and says so.
             return "", Result.retry("ErrImagePull", message, retry_after=1.0)
         self.backoff.reset(key)
         await ctx.publish(ImagePulled(image=image, image_ref=ref, already_present=False))
         return ref, None
+
+
+class PullFailed(Exception):
+    """What the runtime answered (each attempt's answer, for several credentials)."""
+
+
+async def _pull(ctx: PodContext, image: str, credentials: PullCredentials) -> str:
+    if credentials.error is not None:
+        raise PullFailed(str(credentials.error))
+    matching = credentials.keyring.lookup(image)
+    if not matching:
+        try:
+            return await ctx.runtime.pull_image(image)
+        except CriError as exc:
+            raise PullFailed(exc.details or str(exc)) from None
+    errors: list[str] = []
+    for credential in matching:
+        # Only the user and password go to the runtime (the kubelet's AuthConfig from a secret).
+        auth = t.AuthConfig(username=credential.username, password=credential.password)
+        try:
+            return await ctx.runtime.pull_image(image, auth=auth)
+        except CriError as exc:
+            errors.append(exc.details or str(exc))
+            ctx.log.info("image pull with a pull secret failed", image=image, secret=credential.secret)
+    # Go's error aggregate: one error as it is, several as a list.
+    raise PullFailed(errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]")

@@ -199,6 +199,8 @@ class _Handle:
     node: NodeInfo
     config: AgentConfig
     publish_to: Callable[[Event], Awaitable[None]]
+    api: Any = None
+    """The harness runs standalone: no Kubernetes API."""
 
     @property
     def settings(self) -> AgentConfig:

@@ -99,7 +99,7 @@ class ContainerPort(_ApiModel):
     name: str = ""
     container_port: int
     host_port: int = 0
-    host_ip: str = ""
+    host_ip: str = Field(default="", alias="hostIP")
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
 
 

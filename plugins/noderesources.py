@@ -1,11 +1,12 @@
 """Admission by node fit (the kubelet's predicate admit handler): the pod's OS, max pods, CPU /
-memory requests against allocatable, and its nodeSelector / required node affinity against the
+memory requests against allocatable, its nodeSelector / required node affinity against the
 Node's labels (those the agent knows, then the Node object in the API, which an administrator
-may have labelled, as the kubelet fetches it again before rejecting).
+may have labelled, as the kubelet fetches it again before rejecting), and its host ports
+against those of the pods admitted before.
 
 Reasons and messages are the kubelet's (PodOSNotSupported, PodOSSelectorNodeLabelDoesNotMatch,
-OutOfpods, OutOfcpu, OutOfmemory; "Node didn't have enough resource: ..."; NodeAffinity), so
-that tooling built for the kubelet recognises them.
+OutOfpods, OutOfcpu, OutOfmemory; "Node didn't have enough resource: ..."; NodeAffinity,
+NodePorts), so that tooling built for the kubelet recognises them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from nodeagent import quantity
 from nodeagent.cluster.apicalls import describe
 from nodeagent.model import Pod
 from nodeagent.stages import Admit, AgentHandle, NodeView, Result
-from plugins import nodeaffinity
+from plugins import nodeaffinity, nodeports
 
 log = structlog.get_logger("nodeagent.noderesources")
 
@@ -96,6 +97,8 @@ class NodeResources(Admit):
                 )
         if not await self._affinity_fits(pod, node):
             return Result.reject(nodeaffinity.REASON, nodeaffinity.MESSAGE)
+        if nodeports.conflicts(pod, node.admitted):
+            return Result.reject(nodeports.REASON, nodeports.MESSAGE)
         return Result.ok()
 
 

@@ -1,6 +1,7 @@
-"""Admission re-checks nodeSelector and required node affinity against the Node's labels (the
-kubelet's GeneralPredicates): pure matching, a static pod, and an API pod bound straight to a
-node (spec.nodeName, no scheduler) before and after an administrator labels the Node."""
+"""Admission re-checks what the scheduler checked (the kubelet's GeneralPredicates), for pods
+no scheduler placed: nodeSelector and required node affinity against the Node's labels (pure
+matching, a static pod, an API pod bound straight to a node before and after an administrator
+labels the Node), and host ports against the pods already admitted."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from nodeagent.model import Pod
+from plugins import nodeports
 from plugins.nodeaffinity import MESSAGE, REASON, matches
 from tests.agent_helpers import pod_manifest, runtime_objects, running_agent, wait_for
 
@@ -90,3 +93,41 @@ async def test_api_pod_bound_to_a_node_it_does_not_match_is_rejected_until_the_n
         second = await node.run_pod(f"ssd2-{node.name}", container("main"), nodeSelector={"disktype": "ssd"})
         uid = second["metadata"]["uid"]
         await wait_for(lambda: node.running(uid, "main"), 60, "the pod runs once the Node has the label")
+
+
+def _ports_pod(*ports: dict[str, Any], host_network: bool = False, sidecar: bool = False) -> Pod:
+    container = {"name": "c", "image": "i", "ports": list(ports)}
+    spec: dict[str, Any] = {"containers": [container], "hostNetwork": host_network}
+    if sidecar:
+        spec = {"containers": [{"name": "main", "image": "i"}],
+                "initContainers": [{**container, "restartPolicy": "Always"}]}
+    return Pod.model_validate({"metadata": {"name": "p", "uid": "u"}, "spec": spec})
+
+
+def test_host_ports_conflict_by_protocol_port_and_address() -> None:
+    web = _ports_pod({"containerPort": 80, "hostPort": 8080})
+    assert nodeports.conflicts(_ports_pod({"containerPort": 81, "hostPort": 8080}), [web])
+    assert not nodeports.conflicts(_ports_pod({"containerPort": 80, "hostPort": 8080, "protocol": "UDP"}), [web])
+    assert not nodeports.conflicts(_ports_pod({"containerPort": 80}), [web])  # no host port
+    one = _ports_pod({"containerPort": 80, "hostPort": 9000, "hostIP": "10.0.0.1"})
+    assert not nodeports.conflicts(_ports_pod({"containerPort": 80, "hostPort": 9000, "hostIP": "10.0.0.2"}), [one])
+    assert nodeports.conflicts(_ports_pod({"containerPort": 80, "hostPort": 9000, "hostIP": "10.0.0.1"}), [one])
+    assert nodeports.conflicts(_ports_pod({"containerPort": 80, "hostPort": 9000}), [one])  # 0.0.0.0: every address
+    # Under hostNetwork a container port is a host port; a sidecar's ports are held too.
+    assert nodeports.conflicts(_ports_pod({"containerPort": 8080}, host_network=True), [web])
+    assert nodeports.conflicts(_ports_pod({"containerPort": 81, "hostPort": 8080}, sidecar=True), [web])
+
+
+async def test_a_static_pod_asking_for_a_held_host_port_is_rejected(containerd: Any, tmp_path: Path) -> None:
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("first.yaml", pod_manifest("first", container={"ports": [{"containerPort": 80, "hostPort": 18080}]}))
+        await env.wait_running("first")
+        env.write("second.yaml", pod_manifest("second", container={"ports": [{"containerPort": 81, "hostPort": 18080}]}))
+
+        async def rejected() -> dict[str, Any] | None:
+            status = env.status_of("second")
+            return status if status.get("phase") == "Failed" else None
+
+        status = await wait_for(rejected, what="the pod asking for a held host port rejected")
+        assert status["reason"] == nodeports.REASON
+        assert status["message"] == f"Pod was rejected: {nodeports.MESSAGE}"

@@ -28,7 +28,8 @@ from nodeagent import events as ev
 from nodeagent import labels as L
 from nodeagent.clock import ManualClock
 from nodeagent.cluster.kubeevents import KubeEvents
-from plugins.runtime.events import ContainerFailed
+from plugins.runtime.events import ContainerFailed, PullSecretsUnavailable
+from plugins.runtime.pullsecrets import missing_message
 from tests.agent_helpers import (
     BUSYBOX_IMAGE,
     AgentEnv,
@@ -288,6 +289,8 @@ def test_facts_become_the_kubelets_events() -> None:
     events.translate(ev.PodWaiting(pod=ref, phase="permit", reason="GangWaiting"))  # not a kubelet event
     events.translate(ContainerFailed(pod=ref, container="main", reason="CreateContainerConfigError",
                                      message="container has runAsNonRoot and image will run as root"))
+    events.translate(PullSecretsUnavailable(pod=ref, container="main", secrets=["regcred"],
+                                            message=missing_message(["regcred"])))
     events.translate(ev.PodForgotten(pod=ref))
     events.translate(ev.ContainerCreated(pod=ref, container="main", container_id="c2", attempt=1))  # forgotten pod
     got = [(e.involved.field_path, e.type, e.reason, e.message) for e in events._queue]
@@ -297,6 +300,8 @@ def test_facts_become_the_kubelets_events() -> None:
         ("spec.containers{main}", "Normal", "Started", "Started container main"),
         ("", "Warning", "FailedMount", "MountVolume.SetUp failed"),
         ("spec.containers{main}", "Warning", "Failed", "Error: container has runAsNonRoot and image will run as root"),
+        ("", "Warning", "FailedToRetrieveImagePullSecret",
+         "Unable to retrieve some image pull secrets (regcred); attempting to pull the image may not succeed."),
     ]
     assert all(e.involved.uid == "u1" and e.involved.namespace == "ns" for e in events._queue)
 

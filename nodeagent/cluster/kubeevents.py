@@ -167,6 +167,10 @@ class KubeEvents:
             self.record(at, WARNING, "ProbeWarning", str(getattr(event, "message", "")))
         elif kind == "HookFailed":
             self.record(at, WARNING, str(getattr(event, "reason", "")), str(getattr(event, "message", "")))
+        elif kind == "PullSecretsUnavailable":  # plugins/runtime: a failed pull, some secrets unread
+            # On the pod, as the kubelet records it after the sync (no container fieldPath).
+            self.record(self._involved(facts, ""), WARNING, str(getattr(event, "reason", "")),
+                        str(getattr(event, "message", "")))
         elif isinstance(event, ev.PodRejected):
             self.record(at, WARNING, event.reason, event.message)
         elif isinstance(event, ev.PodWaiting) and event.reason in _WAITING:

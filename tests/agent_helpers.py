@@ -94,6 +94,18 @@ class AgentEnv:
         found = await wait_for(lambda: self.running_containers(name), timeout, f"pod {name} running in containerd")
         return found[0]
 
+    async def wait_seen_running(self, name: str, timeout: float = 30.0) -> t.Container:
+        """Running in containerd, and so in the agent's own view (its relister lags the runtime
+        by up to a relist): what the agent serves (exec, attach, logs) works from that view."""
+        found = await self.wait_running(name, timeout)
+
+        async def seen() -> bool:
+            statuses = self.status_of(name).get("containerStatuses", [])
+            return bool(statuses) and all("running" in cs.get("state", {}) for cs in statuses)
+
+        await wait_for(seen, timeout, f"pod {name} running in the agent's view")
+        return found
+
     async def wait_empty(self, timeout: float = 30.0) -> None:
         async def empty() -> bool:
             sandboxes, containers = await runtime_objects(self.client, self.node)

@@ -285,7 +285,7 @@ async def test_container_logs(containerd: Any, tmp_path: Path) -> None:
     async with running_agent(containerd, tmp_path, **_server_settings(port)) as env:
         env.write("web.yaml", pod_manifest("web", WEB))
         env.write("crash.yaml", pod_manifest("crash", "echo boot-$(cat /proc/sys/kernel/random/uuid); sleep 2; exit 1"))
-        web_id = (await env.wait_running("web")).id
+        web_id = (await env.wait_seen_running("web")).id
         logs = f"/containerLogs/default/web-{env.node}/main"
 
         async def all_three() -> bool:
@@ -355,7 +355,7 @@ async def test_exec_and_attach_spliced_to_the_runtime(containerd: Any, tmp_path:
     context = _client_context()
     async with running_agent(containerd, tmp_path, **_server_settings(port)) as env:
         env.write("web.yaml", pod_manifest("web", WEB))
-        web_id = (await env.wait_running("web")).id
+        web_id = (await env.wait_seen_running("web")).id
 
         async with _websocket(port, _exec_path(env, "web", "sh", "-c", "echo out; echo err >&2"), context) as ws:
             got = await ws.channels()
@@ -441,7 +441,7 @@ async def test_kubectl_logs_exec_and_port_forward_through_the_api_server(
         try:
             env.write("web.yaml", pod_manifest("web", WEB))
             env.write("pf.yaml", pod_manifest("pf", pf))
-            web_id = (await env.wait_running("web")).id
+            web_id = (await env.wait_seen_running("web")).id
             await env.wait_running("pf")
             for name, command in (("web", WEB), ("pf", pf)):
                 await anyio.to_thread.run_sync(

@@ -361,3 +361,23 @@ async def test_observe_rewrites_downward_api_files_when_a_new_spec_arrives(tmp_p
         await wait_for(asleep, 5, "observe asleep after the change")
         assert labels.read_text() == 'a="1"\nb="2"'
         tg.cancel_scope.cancel()
+
+
+def test_mounts_under_reads_the_table_deepest_first(tmp_path: Path) -> None:
+    from plugins.volumes.mountinfo import is_mount_point
+
+    table = tmp_path / "mountinfo"
+    table.write_text(
+        "22 1 0:21 / / rw - overlay overlay rw\n"
+        "30 22 0:30 / /var/lib/pods/u1/volumes/a rw - tmpfs tmpfs rw\n"
+        "31 30 0:31 / /var/lib/pods/u1/volumes/a/b rw - tmpfs tmpfs rw\n"
+        "32 22 0:32 / /var/lib/pods/u10/volumes rw - tmpfs tmpfs rw\n"
+        "33 22 0:33 / /var/lib/pods/u1/with\\040space rw - tmpfs tmpfs rw\n"
+        "34 22 0:34 / /var/lib/pods/u1 rw - tmpfs tmpfs rw\n")
+    pods = Path("/var/lib/pods")
+    found = mounts_under(pods / "u1", table)
+    assert found[0] == pods / "u1/volumes/a/b" and found[-1] == pods / "u1"
+    assert set(found) == {pods / "u1/volumes/a/b", pods / "u1/volumes/a", pods / "u1/with space", pods / "u1"}
+    assert pods / "u10/volumes" not in found  # a sibling whose name starts the same is not under it
+    assert mounts_under(Path("/"), table)[-1] == Path("/")
+    assert is_mount_point(pods / "u1/with space", table) and not is_mount_point(pods / "u2", table)

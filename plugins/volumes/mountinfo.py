@@ -19,24 +19,34 @@ def _unescape(field: str) -> str:
     return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
-def mount_points(table: Path = Path("/proc/self/mountinfo")) -> list[Path]:
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+def _mount_point_names(table: Path) -> list[str]:
     try:
         lines = table.read_text().splitlines()
     except OSError:
         return []
-    return [Path(_unescape(line.split()[4])) for line in lines if len(line.split()) > 4]
+    return [_unescape(fields[4]) for fields in (line.split() for line in lines) if len(fields) > 4]
 
 
-def mounts_under(directory: Path) -> list[Path]:
+def mount_points(table: Path = MOUNTINFO) -> list[Path]:
+    return [Path(name) for name in _mount_point_names(table)]
+
+
+def mounts_under(directory: Path, table: Path = MOUNTINFO) -> list[Path]:
     """Mount points at or below ``directory``, deepest first (the order to unmount them in)."""
-    root = directory.resolve() if directory.exists() else directory
-    found = [p for p in mount_points() if p == root or root in p.parents]
-    return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
+    root = str(directory.resolve() if directory.exists() else directory)
+    # Strings, not Path.parents: a node's mount table holds hundreds of entries (every
+    # container's rootfs and shm), and this runs for every pod torn down.
+    prefix = root if root.endswith("/") else root + "/"
+    found = {name for name in _mount_point_names(table) if name == root or name.startswith(prefix)}
+    return sorted((Path(name) for name in found), key=lambda p: len(p.parts), reverse=True)
 
 
-def is_mount_point(path: Path) -> bool:
-    target = path.resolve() if path.exists() else path
-    return target in mount_points()
+def is_mount_point(path: Path, table: Path = MOUNTINFO) -> bool:
+    target = str(path.resolve() if path.exists() else path)
+    return target in _mount_point_names(table)
 
 
 class MountError(RuntimeError):

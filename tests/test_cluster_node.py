@@ -107,6 +107,21 @@ async def delete_node(cp: ControlPlane, node: str) -> None:
         await kubectl(cp, "-n", "kube-node-lease", "delete", "lease", node, "--wait=false", check=False)
 
 
+@asynccontextmanager
+async def ready_cluster_node(cp: ControlPlane, containerd: Any, config: AgentConfig) -> AsyncIterator[AgentEnv]:
+    """A Ready, schedulable node running the agent with ``config``; on exit its pods are
+    force-deleted and torn down (`cleanup_node`), then the Node and its Lease are deleted."""
+    try:
+        async with cluster_agent(cp, containerd, config) as env:
+            try:
+                await wait_node_ready(cp, env.node)
+                yield env
+            finally:
+                await cleanup_node(cp, env)
+    finally:
+        await delete_node(cp, config.node_name)
+
+
 # --- the node ---------------------------------------------------------------------------------
 
 

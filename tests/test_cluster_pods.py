@@ -44,6 +44,7 @@ from tests.test_cluster_node import (
     delete_node,
     get_json,
     kubectl,
+    ready_cluster_node,
     wait_node_ready,
 )
 
@@ -104,55 +105,48 @@ async def test_api_pod_is_scheduled_runs_and_is_deleted_gracefully(
     config = await cluster_config(cp, containerd, tmp_path)
     node = config.node_name
     name = f"web-{uuid.uuid4().hex[:6]}"
-    try:
-        async with cluster_agent(cp, containerd, config) as env:
-            try:
-                await wait_node_ready(cp, node)
-                await create_pod(cp, api_pod(name, node))
-                pod = await wait_running(cp, name)
-                uid = pod["metadata"]["uid"]
-                assert pod["spec"]["nodeName"] == node  # bound by the real scheduler
-                status = pod["status"]
-                assert status["hostIP"] == config.node_ip
-                (cs,) = status["containerStatuses"]
-                assert cs["ready"] is True and "running" in cs["state"]
-                assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
-                container = await running_container(env, uid)
-                assert container is not None
-                assert cs["containerID"] == f"containerd://{container.id}"
+    async with ready_cluster_node(cp, containerd, config) as env:
+        await create_pod(cp, api_pod(name, node))
+        pod = await wait_running(cp, name)
+        uid = pod["metadata"]["uid"]
+        assert pod["spec"]["nodeName"] == node  # bound by the real scheduler
+        status = pod["status"]
+        assert status["hostIP"] == config.node_ip
+        (cs,) = status["containerStatuses"]
+        assert cs["ready"] is True and "running" in cs["state"]
+        assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
+        container = await running_container(env, uid)
+        assert container is not None
+        assert cs["containerID"] == f"containerd://{container.id}"
 
-                async def created_and_started() -> dict[str, dict[str, Any]] | None:
-                    reasons = await event_reasons(cp, uid)
-                    return reasons if {"Pulled", "Created", "Started"} <= set(reasons) else None
+        async def created_and_started() -> dict[str, dict[str, Any]] | None:
+            reasons = await event_reasons(cp, uid)
+            return reasons if {"Pulled", "Created", "Started"} <= set(reasons) else None
 
-                reasons = await wait_for(created_and_started, 30, "Pulled/Created/Started events")
-                assert reasons["Created"]["message"] == "Created container: main"
-                assert reasons["Started"]["message"] == "Started container main"
-                assert reasons["Pulled"]["message"] == f'Container image "{BUSYBOX_IMAGE}" already present on machine'
-                started = reasons["Started"]
-                assert started["source"] == {"component": "kubelet", "host": node}
-                assert started["involvedObject"]["fieldPath"] == "spec.containers{main}"
+        reasons = await wait_for(created_and_started, 30, "Pulled/Created/Started events")
+        assert reasons["Created"]["message"] == "Created container: main"
+        assert reasons["Started"]["message"] == "Started container main"
+        assert reasons["Pulled"]["message"] == f'Container image "{BUSYBOX_IMAGE}" already present on machine'
+        started = reasons["Started"]
+        assert started["source"] == {"component": "kubelet", "host": node}
+        assert started["involvedObject"]["fieldPath"] == "spec.containers{main}"
 
-                # kubectl delete: graceful (SIGTERM; the container exits long before its 30 s), and
-                # the object goes only once no container of the pod runs.
-                begin = time.monotonic()
-                await kubectl(cp, "delete", "pod", name, "--wait=false")
+        # kubectl delete: graceful (SIGTERM; the container exits long before its 30 s), and
+        # the object goes only once no container of the pod runs.
+        begin = time.monotonic()
+        await kubectl(cp, "delete", "pod", name, "--wait=false")
 
-                async def gone() -> bool:
-                    if await get_json(cp, "pod", name) is not None:
-                        return False
-                    assert await running_container(env, uid) is None, "pod object deleted while a container runs"
-                    return True
+        async def gone() -> bool:
+            if await get_json(cp, "pod", name) is not None:
+                return False
+            assert await running_container(env, uid) is None, "pod object deleted while a container runs"
+            return True
 
-                await wait_for(gone, 30, f"pod {name} gone from the API")
-                assert time.monotonic() - begin < 20, "not graceful: the container was killed after its grace"
-                await env.wait_empty(30)
-                killing = await wait_for(lambda: _reason(cp, uid, "Killing"), 30, "the Killing event")
-                assert killing["message"] == "Stopping container main"
-            finally:
-                await cleanup_node(cp, env)
-    finally:
-        await delete_node(cp, node)
+        await wait_for(gone, 30, f"pod {name} gone from the API")
+        assert time.monotonic() - begin < 20, "not graceful: the container was killed after its grace"
+        await env.wait_empty(30)
+        killing = await wait_for(lambda: _reason(cp, uid, "Killing"), 30, "the Killing event")
+        assert killing["message"] == "Stopping container main"
 
 
 async def _reason(cp: ControlPlane, uid: str, reason: str) -> dict[str, Any] | None:

@@ -37,13 +37,10 @@ from plugins.fakegpu import DRIVER_NAME, FakeGpuDriver
 from plugins.fakegpu.cluster import MODEL, SlicePublisher, slice_name
 from tests.agent_helpers import AgentEnv, wait_for
 from tests.test_cluster_node import (
-    cleanup_node,
-    cluster_agent,
     cluster_config,
-    delete_node,
     get_json,
     kubectl,
-    wait_node_ready,
+    ready_cluster_node,
 )
 from tests.test_cluster_pods import GRACEFUL, api_pod, running_container
 from tests.test_dra import (
@@ -110,15 +107,8 @@ async def dra_node(cp: ControlPlane, containerd: Any, tmp_path: Path, dirs: Dirs
     config = await cluster_config(cp, containerd, tmp_path, node=node, plugins_registry_dir=dirs.registry,
                                   cdi_spec_dirs=[dirs.cdi], plugins={"dra": {**DRA_TUNING, **dra}})
     await apply(cp, device_class())
-    try:
-        async with cluster_agent(cp, containerd, config) as env:
-            try:
-                await wait_node_ready(cp, env.node)
-                yield env
-            finally:
-                await cleanup_node(cp, env)
-    finally:
-        await delete_node(cp, config.node_name)
+    async with ready_cluster_node(cp, containerd, config) as env:
+        yield env
 
 
 @asynccontextmanager

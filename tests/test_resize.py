@@ -20,13 +20,10 @@ from controlplane import ControlPlane
 from nodeagent import quantity
 from tests.agent_helpers import wait_for
 from tests.test_cluster_node import (
-    cleanup_node,
-    cluster_agent,
     cluster_config,
-    delete_node,
     get_json,
     kubectl,
-    wait_node_ready,
+    ready_cluster_node,
 )
 from tests.test_cluster_pods import (
     GRACEFUL,
@@ -118,101 +115,94 @@ async def test_resize_in_place_restart_policy_and_infeasible(
     config = await cluster_config(cp, containerd, tmp_path)
     node = config.node_name
     name = f"resize-{uuid.uuid4().hex[:6]}"
-    try:
-        async with cluster_agent(cp, containerd, config) as env:
-            try:
-                await wait_node_ready(cp, node)
-                await create_pod(cp, resizable_pod(name, node))
-                pod = await wait_running(cp, name)
-                uid = pod["metadata"]["uid"]
+    async with ready_cluster_node(cp, containerd, config) as env:
+        await create_pod(cp, resizable_pod(name, node))
+        pod = await wait_running(cp, name)
+        uid = pod["metadata"]["uid"]
 
-                async def reported(pod_resources: dict[str, Any], generation: int) -> Any:
-                    async def check() -> dict[str, Any] | None:
-                        obj = await get_json(cp, "pod", name)
-                        s = statuses(obj)
-                        done = (obj["status"].get("observedGeneration") == generation
-                                and s.get("c1", {}).get("resources") == pod_resources
-                                and "running" in s["c1"]["state"] and "running" in s.get("c2", {}).get("state", {})
-                                and not {"PodResizePending", "PodResizeInProgress"} & set(conditions(obj)))
-                        return obj if done else None
-                    return await wait_for(check, 60, f"c1 resources {pod_resources} at generation {generation}")
+        async def reported(pod_resources: dict[str, Any], generation: int) -> Any:
+            async def check() -> dict[str, Any] | None:
+                obj = await get_json(cp, "pod", name)
+                s = statuses(obj)
+                done = (obj["status"].get("observedGeneration") == generation
+                        and s.get("c1", {}).get("resources") == pod_resources
+                        and "running" in s["c1"]["state"] and "running" in s.get("c2", {}).get("state", {})
+                        and not {"PodResizePending", "PodResizeInProgress"} & set(conditions(obj)))
+                return obj if done else None
+            return await wait_for(check, 60, f"c1 resources {pod_resources} at generation {generation}")
 
-                # Status: what each container runs with, and what is allocated to it.
-                first = {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}
-                pod = await reported(first, pod["metadata"]["generation"])
-                c1 = statuses(pod)["c1"]
-                assert c1["allocatedResources"] == {"cpu": "100m", "memory": "32Mi"}
-                assert statuses(pod)["c2"]["resources"] == {"requests": {"cpu": "50m", "memory": "16Mi"},
-                                                            "limits": {"cpu": "100m", "memory": "32Mi"}}
-                assert await container_memory_limit(env, uid, "c1") == 64 * MiB
-                assert pod_cgroup_memory_limit(uid) == 96 * MiB  # the sum of the containers' limits
-                c1_id = (await running_container(env, uid)) and c1["containerID"]
+        # Status: what each container runs with, and what is allocated to it.
+        first = {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}
+        pod = await reported(first, pod["metadata"]["generation"])
+        c1 = statuses(pod)["c1"]
+        assert c1["allocatedResources"] == {"cpu": "100m", "memory": "32Mi"}
+        assert statuses(pod)["c2"]["resources"] == {"requests": {"cpu": "50m", "memory": "16Mi"},
+                                                    "limits": {"cpu": "100m", "memory": "32Mi"}}
+        assert await container_memory_limit(env, uid, "c1") == 64 * MiB
+        assert pod_cgroup_memory_limit(uid) == 96 * MiB  # the sum of the containers' limits
+        c1_id = (await running_container(env, uid)) and c1["containerID"]
 
-                # 1. NotRequired: c1 grows in place, without a restart; the pod cgroup follows.
-                grown = {"requests": {"cpu": "150m", "memory": "48Mi"}, "limits": {"cpu": "300m", "memory": "96Mi"}}
-                await resize(cp, name, [{"name": "c1", "resources": grown}])
-                pod = await reported(grown, pod["metadata"]["generation"] + 1)
-                c1 = statuses(pod)["c1"]
-                assert c1["containerID"] == c1_id and c1["restartCount"] == 0
-                assert c1["allocatedResources"] == {"cpu": "150m", "memory": "48Mi"}
-                assert await container_memory_limit(env, uid, "c1") == 96 * MiB
-                assert await container_cpu_quota(env, uid, "c1") == 30_000
-                assert pod_cgroup_memory_limit(uid) == 128 * MiB
+        # 1. NotRequired: c1 grows in place, without a restart; the pod cgroup follows.
+        grown = {"requests": {"cpu": "150m", "memory": "48Mi"}, "limits": {"cpu": "300m", "memory": "96Mi"}}
+        await resize(cp, name, [{"name": "c1", "resources": grown}])
+        pod = await reported(grown, pod["metadata"]["generation"] + 1)
+        c1 = statuses(pod)["c1"]
+        assert c1["containerID"] == c1_id and c1["restartCount"] == 0
+        assert c1["allocatedResources"] == {"cpu": "150m", "memory": "48Mi"}
+        assert await container_memory_limit(env, uid, "c1") == 96 * MiB
+        assert await container_cpu_quota(env, uid, "c1") == 30_000
+        assert pod_cgroup_memory_limit(uid) == 128 * MiB
 
-                # 2. RestartContainer for memory: c2 restarts with its new limit, c1 stays.
-                await resize(cp, name, [{"name": "c2", "resources": {
-                    "requests": {"cpu": "50m", "memory": "24Mi"}, "limits": {"cpu": "100m", "memory": "48Mi"}}}])
+        # 2. RestartContainer for memory: c2 restarts with its new limit, c1 stays.
+        await resize(cp, name, [{"name": "c2", "resources": {
+            "requests": {"cpu": "50m", "memory": "24Mi"}, "limits": {"cpu": "100m", "memory": "48Mi"}}}])
 
-                async def c2_restarted() -> dict[str, Any] | None:
-                    obj = await get_json(cp, "pod", name)
-                    c2 = statuses(obj).get("c2", {})
-                    ok = (c2.get("restartCount") == 1 and "running" in c2.get("state", {})
-                          and c2.get("resources", {}).get("limits", {}).get("memory") == "48Mi"
-                          and "PodResizeInProgress" not in conditions(obj))
-                    return obj if ok else None
+        async def c2_restarted() -> dict[str, Any] | None:
+            obj = await get_json(cp, "pod", name)
+            c2 = statuses(obj).get("c2", {})
+            ok = (c2.get("restartCount") == 1 and "running" in c2.get("state", {})
+                  and c2.get("resources", {}).get("limits", {}).get("memory") == "48Mi"
+                  and "PodResizeInProgress" not in conditions(obj))
+            return obj if ok else None
 
-                try:
-                    pod = await wait_for(c2_restarted, 60, "c2 restarted with 48Mi")
-                except AssertionError:
-                    obj = await get_json(cp, "pod", name)
-                    raise AssertionError(json.dumps(obj["status"], indent=1)) from None
-                assert statuses(pod)["c1"]["restartCount"] == 0
-                assert statuses(pod)["c1"]["containerID"] == c1_id
-                assert await container_memory_limit(env, uid, "c2") == 48 * MiB
+        try:
+            pod = await wait_for(c2_restarted, 60, "c2 restarted with 48Mi")
+        except AssertionError:
+            obj = await get_json(cp, "pod", name)
+            raise AssertionError(json.dumps(obj["status"], indent=1)) from None
+        assert statuses(pod)["c1"]["restartCount"] == 0
+        assert statuses(pod)["c1"]["containerID"] == c1_id
+        assert await container_memory_limit(env, uid, "c2") == 48 * MiB
 
-                # 3. More CPU than the other pods leave: Deferred (the API server itself refuses
-                # more than the node's allocatable), the old resources stay in force; accepted once
-                # the other pod is gone.
-                node_obj = await get_json(cp, "node", node)
-                allocatable = int(quantity.milli_cpu(node_obj["status"]["allocatable"]["cpu"]))
-                filler = api_pod(f"filler-{uuid.uuid4().hex[:6]}", node)
-                filler["spec"]["containers"][0]["resources"] = {"requests": {"cpu": f"{allocatable - 400}m"}}
-                await create_pod(cp, filler)
-                await wait_running(cp, filler["metadata"]["name"])
-                wanted = {"requests": {"cpu": "400m", "memory": "48Mi"}, "limits": {"cpu": "400m", "memory": "96Mi"}}
-                await resize(cp, name, [{"name": "c1", "resources": wanted}])
+        # 3. More CPU than the other pods leave: Deferred (the API server itself refuses
+        # more than the node's allocatable), the old resources stay in force; accepted once
+        # the other pod is gone.
+        node_obj = await get_json(cp, "node", node)
+        allocatable = int(quantity.milli_cpu(node_obj["status"]["allocatable"]["cpu"]))
+        filler = api_pod(f"filler-{uuid.uuid4().hex[:6]}", node)
+        filler["spec"]["containers"][0]["resources"] = {"requests": {"cpu": f"{allocatable - 400}m"}}
+        await create_pod(cp, filler)
+        await wait_running(cp, filler["metadata"]["name"])
+        wanted = {"requests": {"cpu": "400m", "memory": "48Mi"}, "limits": {"cpu": "400m", "memory": "96Mi"}}
+        await resize(cp, name, [{"name": "c1", "resources": wanted}])
 
-                async def deferred() -> dict[str, Any] | None:
-                    obj = await get_json(cp, "pod", name)
-                    pending = conditions(obj).get("PodResizePending", {})
-                    return obj if pending.get("reason") == "Deferred" else None
+        async def deferred() -> dict[str, Any] | None:
+            obj = await get_json(cp, "pod", name)
+            pending = conditions(obj).get("PodResizePending", {})
+            return obj if pending.get("reason") == "Deferred" else None
 
-                pod = await wait_for(deferred, 30, "PodResizePending Deferred")
-                pending = conditions(pod)["PodResizePending"]
-                assert pending["status"] == "True"
-                assert pending["message"].startswith("Node didn't have enough resource: cpu, requested: 450")
-                assert pod["status"]["observedGeneration"] == pod["metadata"]["generation"]
-                assert statuses(pod)["c1"]["resources"] == grown
-                assert statuses(pod)["c1"]["allocatedResources"] == {"cpu": "150m", "memory": "48Mi"}
-                assert await container_cpu_quota(env, uid, "c1") == 30_000
+        pod = await wait_for(deferred, 30, "PodResizePending Deferred")
+        pending = conditions(pod)["PodResizePending"]
+        assert pending["status"] == "True"
+        assert pending["message"].startswith("Node didn't have enough resource: cpu, requested: 450")
+        assert pod["status"]["observedGeneration"] == pod["metadata"]["generation"]
+        assert statuses(pod)["c1"]["resources"] == grown
+        assert statuses(pod)["c1"]["allocatedResources"] == {"cpu": "150m", "memory": "48Mi"}
+        assert await container_cpu_quota(env, uid, "c1") == 30_000
 
-                await kubectl(cp, "delete", "pod", filler["metadata"]["name"], "--grace-period=0", "--force")
-                pod = await reported(wanted, pod["metadata"]["generation"])
-                assert await container_cpu_quota(env, uid, "c1") == 40_000
-            finally:
-                await cleanup_node(cp, env)
-    finally:
-        await delete_node(cp, node)
+        await kubectl(cp, "delete", "pod", filler["metadata"]["name"], "--grace-period=0", "--force")
+        pod = await reported(wanted, pod["metadata"]["generation"])
+        assert await container_cpu_quota(env, uid, "c1") == 40_000
 
 
 # --- the pure parts: fit, applied values, requests -----------------------------------------

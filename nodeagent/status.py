@@ -306,18 +306,17 @@ def _stamp_transitions(status: dict[str, Any], rec: _PodRecord) -> None:
     results and stage conditions change statuses after the runtime view stamped them, so the
     time is settled here, last, against what this writer published before."""
     now = rfc3339(time.time())
-    present = set()
+    # Rebuilt from this status alone: a condition that went (a resize's, once done) starts
+    # afresh if it comes back.
+    transitions: dict[str, tuple[str, str]] = {}
     for condition in status.get("conditions", []):
-        present.add(condition["type"])
         previous = rec.transitions.get(condition["type"])
         if previous is not None and previous[0] == condition["status"]:
             condition["lastTransitionTime"] = previous[1]
         elif previous is not None or "lastTransitionTime" not in condition:
             condition["lastTransitionTime"] = now
-        rec.transitions[condition["type"]] = (condition["status"], condition["lastTransitionTime"])
-    # A condition that went (a resize's, once done) starts afresh if it comes back.
-    for kind in [k for k in rec.transitions if k not in present]:
-        del rec.transitions[kind]
+        transitions[condition["type"]] = (condition["status"], condition["lastTransitionTime"])
+    rec.transitions = transitions
 
 
 def _apply_probe_results(status: dict[str, Any], rec: _PodRecord) -> None:

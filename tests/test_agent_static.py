@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,48 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
 
 async def _at_least(counters: dict[str, int], kind: str, n: int) -> bool:
     return counters.get(kind, 0) >= n
+
+
+async def test_an_unlistable_manifest_directory_keeps_its_pods_and_recovers(containerd: Any, tmp_path: Path) -> None:
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("keep.yaml", pod_manifest("keep"))
+        await env.wait_running("keep")
+        uid = env.uid_of("keep")
+        # The directory cannot be listed (here: a file in its place, NotADirectoryError). That is
+        # not "no manifests": the pod keeps running, the agent keeps going.
+        aside = tmp_path / "manifests-aside"
+        env.manifests.rename(aside)
+        env.manifests.write_text("not a directory")
+        await anyio.sleep(1.5)  # several polls and a forced rescan's worth
+        assert env.uid_of("keep") == uid and await env.running_containers("keep")
+        # Listable again: new manifests are picked up.
+        env.manifests.unlink()
+        aside.rename(env.manifests)
+        env.write("later.yaml", pod_manifest("later"))
+        await env.wait_running("later")
+        assert env.uid_of("keep") == uid
+
+
+def test_a_manifest_removed_between_listing_and_stat_is_not_listed(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodeagent.sources import static
+
+    (tmp_path / "kept.yaml").write_text("{}")
+    (tmp_path / "gone.yaml").write_text("{}")
+    real_scandir = os.scandir
+
+    def scandir_then_remove(path: Any) -> list[os.DirEntry[str]]:
+        entries = list(real_scandir(path))
+        (tmp_path / "gone.yaml").unlink()  # the race: listed, then removed before its stat
+        return entries
+
+    monkeypatch.setattr(static.os, "scandir", scandir_then_remove)
+
+    async def publish(_: Any) -> None:
+        pass
+
+    source = static.StaticPodSource(tmp_path, "node", publish)
+    assert [p.name for p in source._list()] == ["kept.yaml"]
 
 
 async def test_admission_rejects_with_kubelet_reason(containerd: Any, tmp_path: Path) -> None:

@@ -142,6 +142,7 @@ class StaticPodSource:
     """Where the ResourceClaim manifests of the directory go (for the dra stage)."""
     _files: dict[Path, _FileState] = field(default_factory=dict)
     _wanted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _list_failing: bool = False  # the directory could not be listed last time (reported once)
 
     def wanted(self) -> set[str]:
         return set(self._wanted)
@@ -159,7 +160,19 @@ class StaticPodSource:
             await self.scan(force=force)
 
     async def scan(self, force: bool = False) -> None:
-        files = await anyio.to_thread.run_sync(self._list)
+        try:
+            files = await anyio.to_thread.run_sync(self._list)
+        except OSError as exc:
+            # An unreadable directory (permissions, a stale mount) is not "no manifests": the
+            # pods already running stay, and the next poll tries again.
+            if not self._list_failing:
+                log.error("static pod directory unreadable; keeping its pods and retrying",
+                          path=str(self.directory), error=str(exc))
+            self._list_failing = True
+            return
+        if self._list_failing:
+            log.info("static pod directory readable again", path=str(self.directory))
+            self._list_failing = False
         changed = False
         for path in list(self._files):
             if path not in files:
@@ -185,7 +198,10 @@ class StaticPodSource:
         for entry in entries:
             if entry.name.startswith(".") or not entry.is_file():
                 continue
-            st = entry.stat()
+            try:
+                st = entry.stat()
+            except FileNotFoundError:
+                continue  # removed between the listing and its stat: it is gone
             out[Path(entry.path)] = (st.st_mtime_ns, st.st_size, st.st_ino)
         return out
 

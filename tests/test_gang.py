@@ -205,14 +205,16 @@ async def test_a_member_that_cannot_be_admitted_aborts_the_gang_and_nothing_star
             assert env.status_of(name)["reason"] == "GangAborted", env.status_of(name)
             assert "m3" in env.status_of(name)["message"]
 
-        # Everything is released: no sandbox left, no reservation held ...
-        async def released() -> bool:
-            return not await sandboxes_of(env, gang)
-
-        await wait_for(released, 60, "the members' sandboxes removed")
+        # Everything is released: no sandbox left, no reservation held (the gang is left in
+        # unreserve, which follows the sandbox's removal) ...
         stage = gang_stage(env)
         uids = [env.uid_of(n) for n in gang]
-        assert all(uid and stage.gangs.member_of(uid) is None for uid in uids)
+        assert all(uids)
+
+        async def released() -> bool:
+            return not await sandboxes_of(env, gang) and all(stage.gangs.member_of(uid) is None for uid in uids)
+
+        await wait_for(released, 60, "the members' sandboxes removed and their reservations given back")
         admitted = {p.uid for p in env.agent.dispatcher._services.admission.admitted}  # type: ignore[union-attr]
         assert not admitted & set(uids)
         # ... and the runtime never held a container of any member, not even briefly.
@@ -243,12 +245,17 @@ async def test_timeout_fails_and_releases_a_gang_that_never_assembles(containerd
         aborted = min(e["at"] for n in present for e in story(env, n) if e["kind"] == "GangAborted")
         assert aborted - admitted >= 2.5
 
-        async def released() -> bool:
-            return not await sandboxes_of(env, present)
-
-        await wait_for(released, 60, "the members' sandboxes removed")
-        assert monitor.of(env, present) == []
         stage = gang_stage(env)
+        uids = [env.uid_of(n) for n in present]
+        assert all(uids)
+
+        # Released = sandbox removed and the member gone from its gang (unreserve, which follows
+        # the removal and is when the release histogram observes).
+        async def released() -> bool:
+            return not await sandboxes_of(env, present) and all(stage.gangs.member_of(uid) is None for uid in uids)
+
+        await wait_for(released, 60, "the members' sandboxes removed and their reservations given back")
+        assert monitor.of(env, present) == []
         assert stage.metrics.decisions["timeout"] == 1
         assert stage.metrics.partial_starts == 0
         # The stage's series on the agent's /metrics.

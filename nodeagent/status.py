@@ -90,9 +90,12 @@ class _PodRecord:
     conditions: dict[str, dict[str, str]] = field(default_factory=dict)
     start_time: float | None = None
     failed: bool = False
+    """A stage failed the pod as a whole (reason/message say why): its phase is Failed."""
+    rejected: bool = False
+    """Admission said no. Stays true when the pod then goes (REJECTED → TERMINATED on its
+    deletion): its status is the rejection's to the end, as the kubelet's never changes again."""
     observed_at: float = 0.0
     """When an observer last reported the runtime view (set_observed)."""
-    """A stage failed the pod as a whole (reason/message say why): its phase is Failed."""
     computed: dict[str, Any] = field(default_factory=dict)
     published: dict[str, Any] = field(default_factory=dict)
     """What the sinks were last given: a reader's get() refreshes ``computed`` without
@@ -185,6 +188,7 @@ class StatusWriter:
     def set_state(self, uid: str, state: PodState) -> None:
         def apply(r: _PodRecord) -> None:
             r.state = state
+            r.rejected = r.rejected or state is PodState.REJECTED
             if state is PodState.ADMITTED and r.start_time is None:
                 r.start_time = time.time()
 
@@ -249,7 +253,7 @@ def compute(rec: _PodRecord) -> dict[str, Any]:
         status["startTime"] = rfc3339(rec.start_time)
     status["qosClass"] = qos_class(pod)
 
-    if rec.state is PodState.REJECTED:
+    if rec.rejected:
         status.update(phase="Failed", reason=rec.reason, message=f"Pod was rejected: {rec.message}")
         return status
 

@@ -84,3 +84,23 @@ async def test_a_condition_that_goes_and_comes_back_gets_a_new_transition_time()
     assert transition() is None
     reporter.set_observed({**base, "conditions": [{**resizing, "lastTransitionTime": "2026-01-01T00:01:00Z"}]})
     assert transition() != "2026-01-01T00:00:00Z"  # back: not the time of its first appearance
+
+
+async def test_a_rejected_pod_keeps_its_rejection_status_when_it_is_then_deleted() -> None:
+    # The kubelet's rejected status is final. Deleting the pod (here: the taint eviction
+    # controller deleting a pod that the node just rejected) moves it on to TERMINATED; the
+    # status must still say why it was rejected, in the kubelet's words.
+    sink = RecordingSink()
+    writer = StatusWriter([sink], host_ip="10.0.0.1")
+    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.reporter("u1").set_pod_reason("TaintToleration", "Predicate TaintToleration failed: ...")
+    writer.set_state("u1", PodState.REJECTED)
+    await writer.flush()
+    rejected = {k: sink.writes[-1][k] for k in ("phase", "reason", "message")}
+    assert rejected == {"phase": "Failed", "reason": "TaintToleration",
+                        "message": "Pod was rejected: Predicate TaintToleration failed: ..."}
+    writer.set_state("u1", PodState.TERMINATED)
+    await writer.flush()
+    assert {k: sink.writes[-1][k] for k in ("phase", "reason", "message")} == rejected

@@ -23,8 +23,9 @@ GROUP = "nodeagent.plugins"
 # prepare, the gang barrier in permit.
 DEFAULT_PROFILE: Mapping[str, Sequence[str]] = {
     # the kubelet checks sysctls before resources; the gang checks its members' fit before
-    # noderesources, so that a member that does not fit aborts its gang (docs/GANG.md)
-    "admit": ["podsecurity", "gang", "noderesources"],
+    # noderesources, so that a member that does not fit aborts its gang (docs/GANG.md); the
+    # NoExecute taints last, as the kubelet's generalFilter checks them after the node fit
+    "admit": ["podsecurity", "gang", "noderesources", "tainttoleration"],
     "reserve": ["gang"],
     # devices first: the kubelet prepares claims before the sandbox; API-backed volumes
     # (configMap, secret, projected) and env next, so that a FailedMount holds the sandbox back

@@ -13,7 +13,11 @@ import pytest
 
 from nodeagent.model import Pod
 from plugins import nodeports
+from nodeagent.stages import NodeInfo, NodeView, Verdict
 from plugins.nodeaffinity import MESSAGE, REASON, matches
+from plugins.tainttoleration import MESSAGE as TAINT_MESSAGE
+from plugins.tainttoleration import REASON as TAINT_REASON
+from plugins.tainttoleration import first_untolerated, tolerates
 from tests.agent_helpers import pod_manifest, runtime_objects, running_agent, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -131,3 +135,96 @@ async def test_a_static_pod_asking_for_a_held_host_port_is_rejected(containerd: 
         status = await wait_for(rejected, what="the pod asking for a held host port rejected")
         assert status["reason"] == nodeports.REASON
         assert status["message"] == f"Pod was rejected: {nodeports.MESSAGE}"
+
+
+# --- NoExecute taints ---------------------------------------------------------------------------
+
+GPU_TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoExecute"}
+KEEP = "nodeagent.test/keep"
+
+
+def test_only_noexecute_taints_need_tolerating() -> None:
+    assert first_untolerated([GPU_TAINT], []) == GPU_TAINT
+    assert first_untolerated([{**GPU_TAINT, "effect": "NoSchedule"}], []) is None
+    assert first_untolerated([{**GPU_TAINT, "effect": "PreferNoSchedule"}], []) is None
+
+
+@pytest.mark.parametrize(("toleration", "tolerated"), [
+    ({"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}, True),
+    ({"key": "dedicated", "value": "gpu"}, True),  # no operator is Equal; no effect matches every effect
+    ({"key": "dedicated", "operator": "Exists"}, True),
+    ({"operator": "Exists"}, True),  # an empty key with Exists tolerates everything
+    ({"key": "dedicated", "value": "cpu"}, False),
+    ({"key": "other", "operator": "Exists"}, False),
+    ({"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}, False),
+    ({"key": "dedicated", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}, True),
+    ({"key": "dedicated", "operator": "Gt", "value": "1"}, False),  # comparison operators: alpha, off
+])
+def test_tolerations_match_as_the_api_defines(toleration: dict[str, Any], tolerated: bool) -> None:
+    assert tolerates(toleration, GPU_TAINT) is tolerated
+    assert (first_untolerated([GPU_TAINT], [toleration]) is None) is tolerated
+
+
+async def test_api_pods_must_tolerate_the_nodes_noexecute_taints(
+        containerd: Any, control_plane: Any, tmp_path: Path) -> None:
+    from tests.test_apivolumes import cluster_node, container
+
+    async with cluster_node(containerd, control_plane, tmp_path) as node:
+        await node.kubectl("taint", "node", node.name, "dedicated=gpu:NoExecute")
+        stage = node.env.agent.pipeline.stages["tainttoleration"]
+
+        async def taint_seen() -> bool:
+            return any(t.get("key") == "dedicated" for t in stage.describe()["taints"])
+
+        await wait_for(taint_seen, 30, "the agent's Node watch showing the taint")
+
+        async def phase(name: str) -> dict[str, Any] | None:
+            obj = json.loads(await node.kubectl("get", "pod", name, "-o", "json"))
+            return obj["status"] if obj.get("status", {}).get("phase") in ("Failed", "Running") else None
+
+        # Bound by its creator: no scheduler kept it off the node. The controller-manager's taint
+        # eviction deletes it at once too; a finalizer keeps the object so its status can be read.
+        plain = await node.create({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"plain-{node.name}", "namespace": "default", "finalizers": [KEEP]},
+            "spec": {"nodeName": node.name, "terminationGracePeriodSeconds": 1, "containers": [container("main")]}})
+        try:
+            status = await wait_for(lambda: phase(plain["metadata"]["name"]), 60, "the intolerant pod decided")
+            assert status["phase"] == "Failed"
+            assert status["reason"] == TAINT_REASON and status["message"] == f"Pod was rejected: {TAINT_MESSAGE}"
+            assert not await node.running(plain["metadata"]["uid"], "main")
+        finally:
+            await node.kubectl("patch", "pod", plain["metadata"]["name"], "--type=json",
+                               "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False)
+
+        tolerant = await node.run_pod(f"tolerant-{node.name}", container("main"),
+                                      tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}])
+        await wait_for(lambda: node.running(tolerant["metadata"]["uid"], "main"), 60, "the tolerant pod running")
+
+        # The taint removed: the watch follows, and a plain pod is admitted again.
+        await node.kubectl("taint", "node", node.name, "dedicated=gpu:NoExecute-")
+        await wait_for(lambda: _not(taint_seen), 30, "the agent's Node watch without the taint")
+        again = await node.run_pod(f"again-{node.name}", container("main"))
+        await wait_for(lambda: node.running(again["metadata"]["uid"], "main"), 60, "a plain pod running again")
+
+
+async def _not(predicate: Any) -> bool:
+    return not await predicate()
+
+
+async def test_static_pods_are_exempt_from_the_taint_check() -> None:
+    from plugins.tainttoleration import TaintToleration
+
+    class TaintedNode:  # the Node watch's reading side, holding one NoExecute taint
+        def taints(self) -> list[dict[str, Any]]:
+            return [GPU_TAINT]
+
+    stage = TaintToleration(TaintedNode())  # type: ignore[arg-type]
+    static = Pod.model_validate({"metadata": {"name": "s", "uid": "u1",
+                                              "annotations": {"kubernetes.io/config.source": "file"}},
+                                 "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    from_api = static.model_copy(update={"metadata": static.metadata.model_copy(update={"annotations": {}})})
+    view = NodeView(NodeInfo("n1", "10.0.0.1", {}), [])
+    assert (await stage.admit(static, view)).verdict is Verdict.CONTINUE
+    rejected = await stage.admit(from_api, view)
+    assert rejected.reason == TAINT_REASON and rejected.message == TAINT_MESSAGE

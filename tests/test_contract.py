@@ -15,3 +15,7 @@ class TestNodeResourcesContract(StageContract):
 
 class TestStatusContract(StageContract):
     plugin = "status"
+
+
+class TestTaintTolerationContract(StageContract):
+    plugin = "tainttoleration"

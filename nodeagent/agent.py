@@ -17,14 +17,13 @@ from typing import Any
 
 import anyio
 import structlog
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from cri import CriError, RuntimeClient
 from nodeagent import events as ev
 from nodeagent import quantity
 from nodeagent.admission import AdmissionCycle
 from nodeagent.apiclient import make_api_client
-from nodeagent.bus import TOPOLOGY, Bus
+from nodeagent.bus import TOPOLOGY, Bus, Inbox
 from nodeagent.claims import ClaimStore
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.cluster import ClusterMode
@@ -276,7 +275,7 @@ class Agent:
             if callable(render):
                 self.metrics.collectors.append(render)
 
-    async def _eventlog(self, inbox: MemoryObjectReceiveStream[ev.Event]) -> None:
+    async def _eventlog(self, inbox: Inbox) -> None:
         elog = structlog.get_logger("nodeagent.events")
         verbose = self.verbose
         async with inbox:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import anyio
 import structlog
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import ValidationError
 
 from nodeagent import events as ev
+from nodeagent.bus import Inbox
 from nodeagent.model import Pod
 from nodeagent.worker import PodWorker, Services
 
@@ -26,7 +26,7 @@ class Dispatcher:
         self._tg = task_group
         self.workers: dict[str, PodWorker] = {}
 
-    async def run(self, inbox: MemoryObjectReceiveStream[ev.Event]) -> None:
+    async def run(self, inbox: Inbox) -> None:
         async with inbox:
             async for event in inbox:
                 if isinstance(event, ev.PodSpecObserved):

@@ -12,9 +12,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from anyio.streams.memory import MemoryObjectReceiveStream
-
 from nodeagent import events as ev
+from nodeagent.bus import Inbox
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -60,7 +59,7 @@ class Metrics:
         """Series rendered by others in the text format (stages' ``render_metrics``, e.g. the gang
         stage's nodeagent_gang_*), appended as they are."""
 
-    async def run(self, inbox: MemoryObjectReceiveStream[ev.Event]) -> None:
+    async def run(self, inbox: Inbox) -> None:
         async with inbox:
             async for event in inbox:
                 self.counters[getattr(event, "kind")] += 1

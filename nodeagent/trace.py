@@ -9,8 +9,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from anyio.streams.memory import MemoryObjectReceiveStream
-
+from nodeagent.bus import Inbox
 from nodeagent.events import Event
 
 PER_POD = 500
@@ -23,7 +22,7 @@ class Trace:
         self._names: dict[str, str] = {}
         self._file = file
 
-    async def run(self, inbox: MemoryObjectReceiveStream[Event]) -> None:
+    async def run(self, inbox: Inbox) -> None:
         handle = self._file.open("a") if self._file else None
         try:
             async with inbox:

@@ -23,11 +23,11 @@ from typing import Any
 
 import anyio
 import structlog
-from anyio.streams.memory import MemoryObjectReceiveStream
 from lightkube.resources.core_v1 import Event as ApiEvent
 from lightkube.types import PatchType
 
 from nodeagent import events as ev
+from nodeagent.bus import Inbox
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.cluster.apicalls import describe, is_not_found, is_refused
 from nodeagent.cluster.ratelimit import TokenBucket
@@ -207,14 +207,14 @@ class KubeEvents:
 
     # --- the tasks ----------------------------------------------------------------------
 
-    async def run(self, inbox: MemoryObjectReceiveStream[ev.Event], *,
+    async def run(self, inbox: Inbox, *,
                   task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._consume, inbox)
             task_status.started()
             await self._send_forever()
 
-    async def _consume(self, inbox: MemoryObjectReceiveStream[ev.Event]) -> None:
+    async def _consume(self, inbox: Inbox) -> None:
         async with inbox:
             async for event in inbox:
                 try:

@@ -21,11 +21,11 @@ from typing import Any
 
 import anyio
 import structlog
-from anyio.streams.memory import MemoryObjectReceiveStream
 from lightkube.resources.core_v1 import Pod as ApiPodResource
 
 from nodeagent import events as ev
 from nodeagent import labels as L
+from nodeagent.bus import Inbox
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.cluster.apicalls import (
     delete_pod,
@@ -89,7 +89,7 @@ class MirrorPods:
         names a Secret): not tried again until their manifest changes."""
         self._listed = False
         self._ready = False
-        self._inbox: MemoryObjectReceiveStream[ev.Event] | None = None
+        self._inbox: Inbox | None = None
         self._wake = anyio.Event()
 
     # --- for the status sink (MirrorLookup) ------------------------------------------------
@@ -152,7 +152,7 @@ class MirrorPods:
             return
         self._wake.set()
 
-    async def run(self, inbox: MemoryObjectReceiveStream[ev.Event], *,
+    async def run(self, inbox: Inbox, *,
                   task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         self._inbox = inbox
         async with anyio.create_task_group() as tg:
@@ -160,7 +160,7 @@ class MirrorPods:
             task_status.started()
             await self._reconcile_forever()
 
-    async def _consume(self, inbox: MemoryObjectReceiveStream[ev.Event]) -> None:
+    async def _consume(self, inbox: Inbox) -> None:
         # Receive and apply with no await in between: an empty buffer means every fact
         # published so far has been applied (the orphan check relies on it).
         async with inbox:

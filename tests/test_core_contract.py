@@ -193,6 +193,29 @@ async def test_bus_delivers_to_declared_subscribers_with_back_pressure() -> None
     assert await bus.stream("trace").receive() is event
 
 
+@pytest.mark.anyio
+async def test_an_inbox_yields_facts_in_order_and_ends_when_the_bus_closes() -> None:
+    bus = Bus()
+    sent = [PodAdmitted(pod=PodRef(uid=f"u{i}")) for i in range(5)]
+    for event in sent[:3]:
+        await bus.publish(event)
+    got: list[object] = []
+    async with anyio.create_task_group() as tg:
+        async def consume() -> None:
+            async with bus.stream("trace") as inbox:
+                async for event in inbox:
+                    got.append(event)
+
+        tg.start_soon(consume)
+        await anyio.sleep(0.05)
+        assert got == sent[:3]  # what was queued is taken at once
+        for event in sent[3:]:
+            await bus.publish(event)  # the consumer is waiting now
+        await anyio.sleep(0.05)
+        bus.close()
+    assert got == sent
+
+
 def test_events_are_frozen_facts() -> None:
     event = PodAdmitted(pod=PodRef(uid="u"))
     with pytest.raises(Exception):

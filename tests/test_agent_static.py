@@ -304,3 +304,26 @@ async def test_runtime_outage_is_reported_and_the_agent_recovers(containerd: Any
         await env.wait_running("during", timeout=60)
         assert [c.id for c in await env.running_containers("before")] == [before.id]  # untouched
         assert env.agent.healthz()[0] is True
+
+
+async def test_each_pods_status_is_a_json_file_under_the_root_dir(containerd: Any, tmp_path: Path) -> None:
+    import json
+
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("filed.yaml", pod_manifest("filed"))
+        await env.wait_seen_running("filed")
+        uid = env.uid_of("filed")
+        path = env.config.root_dir / "pod-status" / f"default_filed-{env.node}_{uid}.json"
+
+        async def running_on_file() -> bool:
+            return path.exists() and json.loads(path.read_text())["status"].get("phase") == "Running"
+
+        await wait_for(running_on_file, 30, "the status file showing the pod Running")
+        data = json.loads(path.read_text())
+        assert data["pod"]["uid"] == uid and data["status"]["containerStatuses"][0]["ready"] is True
+        env.remove("filed.yaml")
+        await wait_for(lambda: _gone(path), 60, "the status file removed with the pod")
+
+
+async def _gone(path: Path) -> bool:
+    return not path.exists()

@@ -22,11 +22,14 @@ from typing import Any, ClassVar
 
 import anyio
 import anyio.abc
+import structlog
 
 from nodeagent import labels as L
 from nodeagent.cluster.nodewatch import NodeWatch
 from nodeagent.model import Pod
 from nodeagent.stages import Admit, AgentHandle, NodeView, Result
+
+log = structlog.get_logger("nodeagent.tainttoleration")
 
 REASON = "TaintToleration"
 MESSAGE = "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate"
@@ -73,6 +76,9 @@ class TaintToleration(Admit):
         taint = first_untolerated(self._node.taints(), pod.spec.tolerations)
         if taint is None:
             return Result.ok()
+        # The kubelet's message does not say which taint; the log does.
+        log.info("pod does not tolerate a NoExecute taint of the Node", pod=f"{pod.metadata.namespace}/{pod.metadata.name}",
+                 taint=f"{taint.get('key')}={taint.get('value') or ''}:{taint.get('effect')}")
         return Result.reject(REASON, MESSAGE)
 
     def describe(self) -> dict[str, Any]:

@@ -39,9 +39,6 @@ class NodeWatch:
     def taints(self) -> list[dict[str, Any]]:
         return list(((self.node or {}).get("spec") or {}).get("taints") or [])
 
-    def labels(self) -> dict[str, str]:
-        return dict(((self.node or {}).get("metadata") or {}).get("labels") or {})
-
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         delay = BACKOFF_INITIAL_SECONDS

@@ -30,6 +30,7 @@ from nodeagent.events import Event, ImagePulled, PodRef
 from nodeagent.model import Pod
 from nodeagent.stages import Verdict
 from plugins.apivolumes import api_fields
+from plugins.runtime import nodekeyring
 from plugins.runtime.events import PullSecretsUnavailable
 from plugins.runtime.images import ImagePuller
 from plugins.runtime.keyring import (
@@ -42,7 +43,7 @@ from plugins.runtime.keyring import (
     repository,
     urls_match,
 )
-from tests.agent_helpers import wait_for
+from tests.agent_helpers import pod_manifest, running_agent, wait_for
 from tests.test_apivolumes import FakeApi, cluster_node
 
 pytestmark = pytest.mark.anyio
@@ -127,6 +128,8 @@ def test_auths_of_both_secret_types_and_nothing_else() -> None:
     assert auths_of("Opaque", {".dockerconfigjson": b"{}"}) is None
     assert auths_of("kubernetes.io/dockercfg", {".dockerconfigjson": b"{}"}) is None
     assert auths_of("kubernetes.io/dockerconfigjson", {".dockerconfigjson": b"{}"}) == {}
+    with pytest.raises(KeyringError, match="not an object"):  # Go cannot unmarshal a list into the config
+        auths_of("kubernetes.io/dockerconfigjson", {".dockerconfigjson": b"[]"}, "s")
     with pytest.raises(KeyringError) as caught:
         auths_of("kubernetes.io/dockerconfigjson",
                  {".dockerconfigjson": json.dumps({"auths": {"r": {"password": 7, "auth": PASSWORD}}}).encode()}, "s")
@@ -293,6 +296,68 @@ async def test_a_malformed_pull_secret_fails_the_pull_without_showing_it() -> No
     assert PASSWORD not in ctx.everything_said()
 
 
+# --- the node's own docker config --------------------------------------------------------------
+
+
+def _config_json(auths: dict[str, Any]) -> str:
+    return json.dumps({"auths": auths})
+
+
+def _dirs(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    dirs = tuple(tmp_path / name for name in ("root", "cwd", "home", "fsroot"))
+    for d in dirs:
+        (d / ".docker").mkdir(parents=True)
+    return dirs  # type: ignore[return-value]
+
+
+def test_the_node_config_is_the_first_valid_file_in_the_kubelets_order(tmp_path: Path) -> None:
+    root, cwd, home, fs_root = _dirs(tmp_path)
+    entry = {"localhost:5000": {"auth": _b64(f"node:{PASSWORD}")}}
+    keyring, path = nodekeyring.read(root, cwd, home, fs_root)
+    assert path is None and not keyring
+    # Legacy .dockercfg files only count when no config.json is valid.
+    (fs_root / ".dockercfg").write_text(json.dumps({"localhost:5000": {"auth": _b64("legacy:x")}}))
+    keyring, path = nodekeyring.read(root, cwd, home, fs_root)
+    assert path == fs_root / ".dockercfg" and [c.username for c in keyring.lookup("localhost:5000/p")] == ["legacy"]
+    (fs_root / ".docker" / "config.json").write_text(_config_json(entry))
+    assert nodekeyring.read(root, cwd, home, fs_root)[1] == fs_root / ".docker" / "config.json"
+    (home / ".docker" / "config.json").write_text(_config_json(entry))
+    assert nodekeyring.read(root, cwd, home, fs_root)[1] == home / ".docker" / "config.json"
+    (cwd / "config.json").write_text(_config_json(entry))
+    assert nodekeyring.read(root, cwd, home, fs_root)[1] == cwd / "config.json"
+    # An invalid file in the root directory is passed over, never fatal, never shown.
+    (root / "config.json").write_text(_config_json({"localhost:5000": {"auth": _b64(PASSWORD)}}))
+    keyring, path = nodekeyring.read(root, cwd, home, fs_root)
+    assert path == cwd / "config.json"
+    assert [(c.username, c.password) for c in keyring.lookup("localhost:5000/p")] == [("node", PASSWORD)]
+    (root / "config.json").write_text(_config_json({"localhost:5000": {"username": "root", "password": "r"}}))
+    assert nodekeyring.read(root, cwd, home, fs_root)[1] == root / "config.json"
+
+
+async def test_node_credentials_follow_the_pods_secrets_and_are_reread_after_five_minutes(tmp_path: Path) -> None:
+    root, cwd, home, fs_root = _dirs(tmp_path)
+    clock = ManualClock()
+    puller = ImagePuller.new(nodekeyring.NodeKeyring(root, clock.monotonic, cwd, home, fs_root))
+    (root / "config.json").write_text(_config_json({"localhost:5000": {"username": "node", "password": PASSWORD}}))
+    pod = _pull_pod("localhost:5000/pause:testing", "first")
+    ctx = PullContext(pod, FakeApi(**SECRETS), FakeRuntime(accept={"node"}), clock=clock)
+    ref, problem = await puller.ensure(ctx, pod.spec.containers[0])  # type: ignore[arg-type]
+    assert (ref, problem) == ("sha256:pulled", None)
+    assert [user for _, user, _ in ctx.runtime.pulls] == ["first", "node"]  # the pod's secret first
+    assert PASSWORD not in ctx.everything_said()
+
+    # Rotated on the node: the cached copy serves until five minutes have passed.
+    (root / "config.json").write_text(_config_json({"localhost:5000": {"username": "rotated", "password": "x"}}))
+    alone = _pull_pod("localhost:5000/pause:testing")
+    ctx = PullContext(alone, FakeApi(), FakeRuntime(accept={"rotated"}), clock=clock)
+    await puller.ensure(ctx, alone.spec.containers[0])  # type: ignore[arg-type]
+    assert [user for _, user, _ in ctx.runtime.pulls] == ["node"]
+    clock.advance(nodekeyring.CACHE_SECONDS + 20)  # past the image back-off too
+    ctx = PullContext(alone, FakeApi(), FakeRuntime(accept={"rotated"}), clock=clock)
+    assert (await puller.ensure(ctx, alone.spec.containers[0]))[0] == "sha256:pulled"  # type: ignore[arg-type]
+    assert [user for _, user, _ in ctx.runtime.pulls] == ["rotated"]
+
+
 def test_standalone_reports_image_pull_secrets_as_needing_the_api() -> None:
     pod = _pull_pod("i", "a", "", "b")
     assert api_fields(pod) == ["spec.imagePullSecrets[0]", "spec.imagePullSecrets[2]"]
@@ -379,6 +444,19 @@ def private_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             server.kill()
             server.wait()
         log.close()
+
+
+async def test_a_static_pod_pulls_from_a_private_registry_with_the_nodes_docker_config(
+        containerd: Any, tmp_path: Path, private_registry: str) -> None:
+    # Standalone, a static pod has no pull secrets to read: the node's docker config in the
+    # agent's root directory (the kubelet reads its root directory's config.json) is what lets it pull.
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "config.json").write_text(_config_json({private_registry: {"auth": _b64("user:password")}}))
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("private.yaml", pod_manifest("private", container={
+            "image": f"{private_registry}/pause:testing", "command": ["/pause"], "imagePullPolicy": "Always"}))
+        await env.wait_running("private", 90)
 
 
 async def test_a_private_registry_pull_needs_the_pods_image_pull_secret(

@@ -3,10 +3,11 @@
 Reasons shown to users are the kubelet's: ErrImagePull after a failed pull, ImagePullBackOff
 while waiting to try again, ErrImageNeverPull for policy Never and an absent image.
 
-Pulls use the pod's imagePullSecrets (plugins/runtime/pullsecrets.py) as the kubelet does: the
-credentials whose registry matches the image are tried in turn until one pull succeeds (the
-error of a failed image says what each attempt answered); with none matching, the pull is
-anonymous. An anonymous attempt never follows failed credentials.
+Pulls use the pod's imagePullSecrets (plugins/runtime/pullsecrets.py), then the node's docker
+config (plugins/runtime/nodekeyring.py), as the kubelet does: the credentials whose registry
+matches the image are tried in turn until one pull succeeds (the error of a failed image says
+what each attempt answered); with none matching, the pull is anonymous. An anonymous attempt
+never follows failed credentials.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from nodeagent.model import Container
 from nodeagent.stages import PodContext, Result
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.events import PullSecretsUnavailable
+from plugins.runtime.keyring import Keyring
+from plugins.runtime.nodekeyring import NodeKeyring
 from plugins.runtime.pullsecrets import PullCredentials, PullSecrets, missing_message
 
 IMAGE_BACKOFF_INITIAL = 10.0  # the kubelet's imageBackOffPeriod
@@ -30,10 +33,11 @@ IMAGE_BACKOFF_MAX = 300.0  # MaxImageBackOff
 class ImagePuller:
     backoff: Backoff
     _last_failure: dict[str, float]
+    node_keyring: NodeKeyring | None = None
 
     @classmethod
-    def new(cls) -> ImagePuller:
-        return cls(Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_MAX), {})
+    def new(cls, node_keyring: NodeKeyring | None = None) -> ImagePuller:
+        return cls(Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_MAX), {}, node_keyring)
 
     async def ensure(self, ctx: PodContext, container: Container,
                      secrets: PullSecrets | None = None) -> tuple[str, Result | None]:
@@ -60,8 +64,9 @@ class ImagePuller:
             ctx.status.container_waiting(container.name, "ImagePullBackOff", message)
             return "", Result.retry("ImagePullBackOff", message, retry_after=wait)
         credentials = await (secrets or PullSecrets(ctx)).get()
+        node = await self.node_keyring.get() if self.node_keyring is not None else Keyring()
         try:
-            ref = await _pull(ctx, image, credentials)
+            ref = await _pull(ctx, image, credentials, node)
         except PullFailed as exc:
             self._last_failure[key] = now
             self.backoff.next(key, now)
@@ -82,10 +87,11 @@ class PullFailed(Exception):
     """What the runtime answered (each attempt's answer, for several credentials)."""
 
 
-async def _pull(ctx: PodContext, image: str, credentials: PullCredentials) -> str:
+async def _pull(ctx: PodContext, image: str, credentials: PullCredentials, node: Keyring) -> str:
     if credentials.error is not None:
         raise PullFailed(str(credentials.error))
-    matching = credentials.keyring.lookup(image)
+    # The kubelet's union keyring: the pod's secrets first, then the node's own.
+    matching = credentials.keyring.lookup(image) + node.lookup(image)
     if not matching:
         try:
             return await ctx.runtime.pull_image(image)

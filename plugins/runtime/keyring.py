@@ -82,7 +82,9 @@ def auths_of(secret_type: str, data: Mapping[str, bytes], secret: str = "") -> d
     ``kubernetes.io/dockercfg`` one. None for any other secret (the kubelet skips it)."""
     if secret_type == DOCKER_CONFIG_JSON and data.get(DOCKER_CONFIG_JSON_KEY):
         document = _load(data[DOCKER_CONFIG_JSON_KEY], secret)
-        entries = _field(document, "auths") if isinstance(document, dict) else None
+        if not isinstance(document, dict):
+            raise KeyringError(f'secret "{secret}": the docker config is not an object')
+        entries = _field(document, "auths")
     elif secret_type == DOCKERCFG and data.get(DOCKERCFG_KEY):
         entries = _load(data[DOCKERCFG_KEY], secret)
     else:

@@ -7,6 +7,7 @@ kubelet user can read it without a manual. Unknown fields are errors, with their
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -47,6 +48,36 @@ class KubeletAuthentication(BaseModel):
     x509: X509Authentication = Field(default_factory=lambda: X509Authentication())
 
 
+_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+class Taint(BaseModel):
+    """One of ``registerWithTaints``: put on the Node when the agent creates it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+    @field_validator("key")
+    @classmethod
+    def _qualified_name(cls, value: str) -> str:
+        prefix, _, name = value.rpartition("/")
+        if not _QUALIFIED_NAME.match(value) or len(name) > 63 or len(prefix) > 253:
+            raise ValueError(f"invalid taint key {value!r}: a qualified name ([prefix/]name) is required")
+        return value
+
+    @field_validator("value")
+    @classmethod
+    def _label_value(cls, value: str) -> str:
+        if not _LABEL_VALUE.match(value):
+            raise ValueError(f"invalid taint value {value!r}: at most 63 alphanumerics, '-', '_' or '.'")
+        return value
+
+
 class AgentConfig(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
@@ -67,6 +98,9 @@ class AgentConfig(BaseModel):
     is made under ``rootDir/pki`` at start, as the kubelet does."""
     tls_private_key_file: Path | None = None
     authentication: KubeletAuthentication = Field(default_factory=lambda: KubeletAuthentication())
+    register_with_taints: list[Taint] = Field(default_factory=list)
+    """Taints the Node is created with (the kubelet's registerWithTaints); an existing Node's
+    taints are left as they are, as the kubelet leaves them."""
     kube_api_qps: float = Field(default=50.0, gt=0, alias="kubeAPIQPS")
     """Client-side rate of API writes (pod status, mirror pods, Events), as the kubelet's."""
     kube_api_burst: int = Field(default=100, ge=1, alias="kubeAPIBurst")

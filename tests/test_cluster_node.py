@@ -307,3 +307,21 @@ def test_resources_use_the_agents_allocatable_and_add_ephemeral_storage(tmp_path
     assert allocatable["cpu"] == "1500m" and allocatable["memory"] == f"{3 * 2**20}Ki"
     assert capacity["pods"] == allocatable["pods"] == "7"
     assert int(allocatable["ephemeral-storage"]) < int(capacity["ephemeral-storage"].removesuffix("Ki")) * 1024
+
+
+async def test_node_registers_with_its_configured_taints_and_admits_against_them(
+        control_plane: ControlPlane, containerd: Any, tmp_path: Path) -> None:
+    taints = [{"key": "dedicated", "value": "nodeagent", "effect": "NoSchedule"},
+              {"key": "example.com/gpu", "effect": "NoExecute"}]
+    config = await cluster_config(control_plane, containerd, tmp_path, register_with_taints=taints)
+    async with ready_cluster_node(control_plane, containerd, config) as env:
+        obj = await get_json(control_plane, "node", config.node_name)
+        ours = [t for t in obj["spec"]["taints"] if not t["key"].startswith("node.kubernetes.io/")]
+        assert ours == taints
+        # The NoExecute one is what admission checks API pods against (tainttoleration).
+        stage = env.agent.pipeline.stages["tainttoleration"]
+
+        async def seen() -> bool:
+            return any(t["key"] == "example.com/gpu" for t in stage.describe()["taints"])
+
+        await wait_for(seen, 30, "the registered NoExecute taint in the agent's Node watch")

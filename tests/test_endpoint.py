@@ -89,3 +89,15 @@ async def test_bad_configuration_is_reported_with_the_field(tmp_path: Path) -> N
     assert result.returncode == 2
     assert "maxPods: Input should be greater than or equal to 1" in result.stderr
     assert "staticPodPth: Extra inputs are not permitted" in result.stderr
+
+
+def test_register_with_taints_are_validated_as_the_kubelet_does(tmp_path: Path) -> None:
+    config = tmp_path / "agent.yaml"
+    config.write_text("registerWithTaints:\n- {key: dedicated, value: ok, effect: NoSchedule}\n"
+                      "- {key: 'bad key', effect: NoSchedule}\n- {key: gpu, effect: Sometimes}\n")
+    result = subprocess.run([sys.executable, "-m", "nodeagent", "plugins", "--config", str(config)],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "registerWithTaints.1.key: Value error, invalid taint key 'bad key'" in result.stderr
+    assert "registerWithTaints.2.effect: Input should be 'NoSchedule', 'PreferNoSchedule' or 'NoExecute'" in result.stderr
+    assert "registerWithTaints.0" not in result.stderr

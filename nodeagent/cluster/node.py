@@ -206,7 +206,10 @@ class NodeStatus:
     async def register(self) -> None:
         """Create the Node, or adopt the existing one (labels updated), then write its status."""
         labels = self.labels()
-        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "labels": labels}, "spec": {}}
+        spec: dict[str, Any] = {}
+        if self._config.register_with_taints:
+            spec["taints"] = [t.model_dump(exclude_defaults=True) for t in self._config.register_with_taints]
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "labels": labels}, "spec": spec}
         try:
             created = await self._api.create(Node.from_dict(body))
             log.info("node registered", node=self.name)

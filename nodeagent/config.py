@@ -98,6 +98,13 @@ class AgentConfig(BaseModel):
     is made under ``rootDir/pki`` at start, as the kubelet does."""
     tls_private_key_file: Path | None = None
     authentication: KubeletAuthentication = Field(default_factory=lambda: KubeletAuthentication())
+    image_pull_credentials_verification_policy: Literal[
+        "NeverVerify", "NeverVerifyPreloadedImages", "NeverVerifyAllowlistedImages", "AlwaysVerify",
+    ] = "NeverVerifyPreloadedImages"
+    """Which present images a pod may use only with the credentials that pulled them (the
+    kubelet's KubeletEnsureSecretPulledImages; plugins/runtime/pullrecords.py)."""
+    preloaded_images_verification_allowlist: list[str] = Field(default_factory=list)
+    """Images never verified under NeverVerifyAllowlistedImages: a repository, or a prefix ending ``/*``."""
     register_with_taints: list[Taint] = Field(default_factory=list)
     """Taints the Node is created with (the kubelet's registerWithTaints); an existing Node's
     taints are left as they are, as the kubelet leaves them."""

@@ -466,7 +466,8 @@ class FakeApi:
         if found is None:
             raise ApiError(status=Status(code=404, reason="NotFound",
                                          message=f'{resource.__name__.lower()}s "{name}" not found'))
-        return SimpleNamespace(data=found.get("data"), binaryData=found.get("binaryData"), type=found.get("type"))
+        return SimpleNamespace(data=found.get("data"), binaryData=found.get("binaryData"), type=found.get("type"),
+                               metadata=SimpleNamespace(uid=found.get("uid", f"uid-{name}")))
 
     async def list(self, resource: Any, *, namespace: str | None = None) -> Any:
         for _ in ():  # no services in these tests: an empty listing

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -30,7 +31,7 @@ from nodeagent.events import Event, ImagePulled, PodRef
 from nodeagent.model import Pod
 from nodeagent.stages import Verdict
 from plugins.apivolumes import api_fields
-from plugins.runtime import nodekeyring
+from plugins.runtime import nodekeyring, pullrecords
 from plugins.runtime.events import PullSecretsUnavailable
 from plugins.runtime.images import ImagePuller
 from plugins.runtime.keyring import (
@@ -358,6 +359,85 @@ async def test_node_credentials_follow_the_pods_secrets_and_are_reread_after_fiv
     assert [user for _, user, _ in ctx.runtime.pulls] == ["rotated"]
 
 
+# --- which credentials pulled an image (KubeletEnsureSecretPulledImages) -----------------------
+
+S1 = Credential("user", "password", "s1", namespace="ns", uid="u-s1")
+S1_COPY = Credential("user", "password", "copy", namespace="ns", uid="u-copy")  # same credential, another secret
+S1_ROTATED = Credential("user", "rotated", "s1", namespace="ns", uid="u-s1")  # same secret, new password
+OTHER = Credential("other", "x", "s2", namespace="ns", uid="u-s2")
+IMAGE, REF = "localhost:5000/app:1", "sha256:app"
+
+
+def _given(*creds: Credential) -> Any:
+    async def pod_credentials() -> list[Credential]:
+        return list(creds)
+    return pod_credentials
+
+
+async def test_a_present_image_pulled_with_a_secret_needs_that_secret_or_its_credential(tmp_path: Path) -> None:
+    records = pullrecords.PullRecords(tmp_path)
+    records.intend(IMAGE)
+    records.pulled(IMAGE, REF, S1)
+    assert not await records.must_pull(IMAGE, REF, _given(S1))
+    assert not await records.must_pull("localhost:5000/app:2", REF, _given(S1))  # keyed by repository
+    assert await records.must_pull(IMAGE, REF, _given())  # no secret: pull again, with the pod's credentials
+    assert await records.must_pull(IMAGE, REF, _given(OTHER))
+    assert not await records.must_pull(IMAGE, REF, _given(S1_COPY))  # the same credential in another secret
+    assert not await records.must_pull(IMAGE, REF, _given(S1_ROTATED))  # the same secret, rotated
+    # What was learnt is kept, across a restart too (a new PullRecords on the same directory).
+    again = pullrecords.PullRecords(tmp_path)
+    assert not await again.must_pull(IMAGE, REF, _given(S1_COPY))
+    assert await again.must_pull(IMAGE, REF, _given())
+
+
+async def test_anonymous_or_node_pulls_make_an_image_every_pods(tmp_path: Path) -> None:
+    records = pullrecords.PullRecords(tmp_path)
+    records.pulled(IMAGE, REF, S1)
+    assert await records.must_pull(IMAGE, REF, _given())
+    records.pulled(IMAGE, REF, None)  # pulled anonymously since: anyone may use it
+    assert not await records.must_pull(IMAGE, REF, _given())
+    node_only = pullrecords.PullRecords(tmp_path / "n")
+    node_only.pulled(IMAGE, REF, Credential("node", "x", "/root/config.json", node=True))
+    assert not await node_only.must_pull(IMAGE, REF, _given())
+
+
+async def test_the_verification_policies(tmp_path: Path) -> None:
+    preloaded = "docker.io/library/busybox:1.36"
+
+    async def must(policy: str, image: str, allowlist: tuple[str, ...] = ()) -> bool:
+        records = pullrecords.PullRecords(tmp_path / policy, policy, allowlist)
+        return await records.must_pull(image, "sha256:x", _given())
+
+    # Never pulled by the agent (imported into containerd): only AlwaysVerify checks it.
+    assert not await must("NeverVerifyPreloadedImages", preloaded)
+    assert await must("AlwaysVerify", preloaded)
+    assert not await must("NeverVerify", preloaded)
+    assert not await must("NeverVerifyAllowlistedImages", preloaded, ("docker.io/library/*",))
+    assert not await must("NeverVerifyAllowlistedImages", preloaded, ("docker.io/library/busybox",))
+    assert await must("NeverVerifyAllowlistedImages", preloaded, ("docker.io/library/nginx",))
+    # A pull cut short (intent recorded, no record): counts as pulled by the agent.
+    records = pullrecords.PullRecords(tmp_path / "cut")
+    records.intend(IMAGE)
+    assert await pullrecords.PullRecords(tmp_path / "cut").must_pull(IMAGE, REF, _given(S1))
+    records.failed(IMAGE)
+    assert not await pullrecords.PullRecords(tmp_path / "cut").must_pull(IMAGE, REF, _given(S1))
+
+
+@pytest.mark.parametrize(("pattern", "error"), [
+    ("registry.example.com/*", None), ("registry.example.com/app", None),
+    (" registry.example.com/app", "leading/trailing spaces"), ("", "too short"), ("/*", "registry hostname"),
+    ("*", "only patterns ending with '/*'"),
+    ("registry.example.com/*/app", "only patterns ending with '/*'"),
+    ("registry.example.com/app:1", "neither tag nor digest"),
+])
+def test_allowlist_patterns_are_validated_as_the_kubelet_does(pattern: str, error: str | None) -> None:
+    if error is None:
+        pullrecords.allowlist_pattern(pattern)
+    else:
+        with pytest.raises(ValueError, match=re.escape(error)):
+            pullrecords.allowlist_pattern(pattern)
+
+
 def test_standalone_reports_image_pull_secrets_as_needing_the_api() -> None:
     pod = _pull_pod("i", "a", "", "b")
     assert api_fields(pod) == ["spec.imagePullSecrets[0]", "spec.imagePullSecrets[2]"]
@@ -503,6 +583,43 @@ async def test_a_private_registry_pull_needs_the_pods_image_pull_secret(
         assert "image pull failed" in err + out and PASSWORD not in err + out
     # The pulled image stays: it is our pause image, and CRI RemoveImage would delete every name
     # of it, the session's sandbox image too.
+
+
+async def test_a_present_private_image_is_only_used_by_pods_with_its_credentials(
+        containerd: Any, control_plane: Any, tmp_path: Path, private_registry: str) -> None:
+    # KubeletEnsureSecretPulledImages: once a pod's secret has pulled a private image, another
+    # pod on the node may use the present image only with a secret of the same credential.
+    image = f"{private_registry}/pause:testing"
+    async with cluster_node(containerd, control_plane, tmp_path) as node:
+        if await node.env.client.image_status(image) is not None:  # another test's pull: not ours to judge
+            await node.env.client.remove_image(image)
+        auth = {private_registry: {"auth": _b64("user:password")}}
+        for name in (f"pull-{node.name}", f"copy-{node.name}"):
+            await node.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+                               "type": "kubernetes.io/dockerconfigjson", "data": _dockerconfigjson(auth)})
+        container = {"name": "image-pull-test", "image": image, "imagePullPolicy": "IfNotPresent"}
+
+        first = await node.run_pod(f"first-{node.name}", container, imagePullSecrets=[{"name": f"pull-{node.name}"}])
+        await wait_for(lambda: node.running(first["metadata"]["uid"], "image-pull-test"), 90, "the first pod running")
+
+        # Present on the node, but this pod has no credential for it: pulled again, anonymously: 401.
+        bare = await node.run_pod(f"bare-{node.name}", container)
+        waiting = await wait_for(lambda: _pull_failed(node, bare["metadata"]["name"]), 60, "the bare pod refused")
+        assert "401 Unauthorized" in waiting["message"], waiting
+        assert not await node.running(bare["metadata"]["uid"], "image-pull-test")
+        never = await node.run_pod(f"never-{node.name}", {**container, "imagePullPolicy": "Never"})
+
+        async def never_pull() -> dict[str, str] | None:
+            got = await node.waiting(never["metadata"]["name"], "image-pull-test")
+            return got if got.get("reason") == "ErrImageNeverPull" else None
+
+        await wait_for(never_pull, 60, "the Never pod refused the present image")
+
+        # Another secret holding the same credential: the present image is used, no pull.
+        copy = await node.run_pod(f"copied-{node.name}", container, imagePullSecrets=[{"name": f"copy-{node.name}"}])
+        await wait_for(lambda: node.running(copy["metadata"]["uid"], "image-pull-test"), 60, "the copy-secret pod")
+        pulls = [e for e in node.env.agent.trace.chain(f"default/copied-{node.name}") if e["kind"] == "ImagePulled"]
+        assert [e["already_present"] for e in pulls] == [True]
 
 
 async def _is(value: Any, expected: str) -> bool:

@@ -39,6 +39,7 @@ class ObjectData:
     """configMap ``binaryData``; every key of a secret (its ``data``, base64-decoded)."""
     type: str = ""
     """A secret's ``type`` (``kubernetes.io/dockerconfigjson``, ...)."""
+    uid: str = ""
 
     def env_values(self) -> dict[str, str]:
         """What env sees: a configMap's ``data`` only (binaryData never reaches env, as in the
@@ -100,4 +101,4 @@ class ObjectReader:
             return ObjectData(kind, name, strings=dict(obj.data or {}),
                               binary={k: base64.b64decode(v) for k, v in (obj.binaryData or {}).items()})
         return ObjectData(kind, name, binary={k: base64.b64decode(v) for k, v in (obj.data or {}).items()},
-                          type=obj.type or "")
+                          type=obj.type or "", uid=(obj.metadata.uid if obj.metadata else None) or "")

@@ -43,6 +43,7 @@ from nodeagent.stash import StashKey
 from plugins.runtime import podcgroup
 from plugins.runtime.images import ImagePuller
 from plugins.runtime.nodekeyring import NodeKeyring
+from plugins.runtime.pullrecords import PullRecords
 from plugins.runtime.pullsecrets import PullSecrets
 from plugins.runtime.resize import Ledger, Resizer, allocated_pod, ensure_state
 from plugins.runtime.sandbox import log_directory, sandbox_config
@@ -59,10 +60,11 @@ SPEC_POLL_SECONDS = 0.5
 class RuntimeStage(Prepare, Start, Observe, Cleanup):
     name: ClassVar[str] = "runtime"
 
-    def __init__(self, node_name: str, pod_logs_dir: Path, node_keyring: NodeKeyring | None = None) -> None:
+    def __init__(self, node_name: str, pod_logs_dir: Path, node_keyring: NodeKeyring | None = None,
+                 pull_records: PullRecords | None = None) -> None:
         self._node = node_name
         self._logs = pod_logs_dir
-        self._images = ImagePuller.new(node_keyring)
+        self._images = ImagePuller.new(node_keyring, pull_records)
         self._ledger = Ledger()
         self._sync = Syncer(node_name, self._ensure_sandbox, self._pod_ip_of, self._image_ref,
                             Resizer(self._ledger))
@@ -264,8 +266,15 @@ async def _until_changed(ctx: PodContext, seconds: float) -> None:
 def plugin(config: Mapping[str, Any], handle: AgentHandle) -> RuntimeStage:
     if config:
         raise TypeError(f"runtime takes no configuration, got {sorted(config)}")
-    node_keyring = NodeKeyring(Path(handle.settings.root_dir), handle.clock.monotonic)
-    return RuntimeStage(handle.node.name, Path(handle.settings.pod_logs_dir), node_keyring)
+    settings = handle.settings
+    root_dir = Path(settings.root_dir)
+    try:
+        records = PullRecords(root_dir / "image_manager", settings.image_pull_credentials_verification_policy,
+                              settings.preloaded_images_verification_allowlist)
+    except ValueError as exc:
+        raise ValueError(f"preloadedImagesVerificationAllowlist: {exc}") from None
+    return RuntimeStage(handle.node.name, Path(settings.pod_logs_dir), NodeKeyring(root_dir, handle.clock.monotonic),
+                        records)
 
 
 plugin.stage_class = RuntimeStage  # type: ignore[attr-defined]

@@ -21,8 +21,9 @@ from nodeagent.model import Container
 from nodeagent.stages import PodContext, Result
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.events import PullSecretsUnavailable
-from plugins.runtime.keyring import Keyring
+from plugins.runtime.keyring import Credential, Keyring
 from plugins.runtime.nodekeyring import NodeKeyring
+from plugins.runtime.pullrecords import PullRecords
 from plugins.runtime.pullsecrets import PullCredentials, PullSecrets, missing_message
 
 IMAGE_BACKOFF_INITIAL = 10.0  # the kubelet's imageBackOffPeriod
@@ -34,10 +35,12 @@ class ImagePuller:
     backoff: Backoff
     _last_failure: dict[str, float]
     node_keyring: NodeKeyring | None = None
+    records: PullRecords | None = None
+    """Which credentials pulled each image (plugins/runtime/pullrecords.py); None: never verified."""
 
     @classmethod
-    def new(cls, node_keyring: NodeKeyring | None = None) -> ImagePuller:
-        return cls(Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_MAX), {}, node_keyring)
+    def new(cls, node_keyring: NodeKeyring | None = None, records: PullRecords | None = None) -> ImagePuller:
+        return cls(Backoff(IMAGE_BACKOFF_INITIAL, IMAGE_BACKOFF_MAX), {}, node_keyring, records)
 
     async def ensure(self, ctx: PodContext, container: Container,
                      secrets: PullSecrets | None = None) -> tuple[str, Result | None]:
@@ -45,16 +48,21 @@ class ImagePuller:
         gives the pod's pull credentials (read once per pass, when a pull needs them)."""
         image = container.image
         policy = container.pull_policy
+        secrets = secrets or PullSecrets(ctx)
         present = await ctx.runtime.image_status(image)
-        if policy == "Never":
-            if present is None:
-                message = f'Container image "{image}" is not present with pull policy of Never'
-                ctx.status.container_waiting(container.name, "ErrImageNeverPull", message)
-                return "", Result.retry("ErrImageNeverPull", message, retry_after=IMAGE_BACKOFF_INITIAL)
-            return present.id, None
-        if policy == "IfNotPresent" and present is not None:
-            await ctx.publish(ImagePulled(image=image, image_ref=present.id, already_present=True))
-            return present.id, None
+        never_pull = f'Container image "{image}" is not present with pull policy of Never'
+        if policy == "Never" and present is None:
+            ctx.status.container_waiting(container.name, "ErrImageNeverPull", never_pull)
+            return "", Result.retry("ErrImageNeverPull", never_pull, retry_after=IMAGE_BACKOFF_INITIAL)
+        if policy in ("Never", "IfNotPresent") and present is not None:
+            if not await self._must_pull(image, present.id, secrets):
+                await ctx.publish(ImagePulled(image=image, image_ref=present.id, already_present=True))
+                return present.id, None
+            ctx.log.info("image present but pulled with credentials this pod lacks; pulling with the pod's",
+                         image=image)
+            if policy == "Never":  # the kubelet's answer: present, but not for this pod
+                ctx.status.container_waiting(container.name, "ErrImageNeverPull", never_pull)
+                return "", Result.retry("ErrImageNeverPull", never_pull, retry_after=IMAGE_BACKOFF_INITIAL)
 
         key = f"{ctx.ref.uid}_{image}"
         now = ctx.clock.monotonic()
@@ -63,11 +71,15 @@ class ImagePuller:
             message = f'Back-off pulling image "{image}"'
             ctx.status.container_waiting(container.name, "ImagePullBackOff", message)
             return "", Result.retry("ImagePullBackOff", message, retry_after=wait)
-        credentials = await (secrets or PullSecrets(ctx)).get()
+        credentials = await secrets.get()
         node = await self.node_keyring.get() if self.node_keyring is not None else Keyring()
+        if self.records is not None:
+            self.records.intend(image)
         try:
-            ref = await _pull(ctx, image, credentials, node)
+            ref, used = await _pull(ctx, image, credentials, node)
         except PullFailed as exc:
+            if self.records is not None:
+                self.records.failed(image)
             self._last_failure[key] = now
             self.backoff.next(key, now)
             message = f'Failed to pull image "{image}": {exc}'
@@ -78,23 +90,37 @@ class ImagePuller:
                                                          message=missing_message(credentials.missing)))
             # Come back soon: the next call finds the image in back-off and says so.
             return "", Result.retry("ErrImagePull", message, retry_after=1.0)
+        if self.records is not None:
+            self.records.pulled(image, ref, used)
         self.backoff.reset(key)
         await ctx.publish(ImagePulled(image=image, image_ref=ref, already_present=False))
         return ref, None
+
+    async def _must_pull(self, image: str, image_ref: str, secrets: PullSecrets) -> bool:
+        if self.records is None:
+            return False
+
+        async def pod_credentials() -> list[Credential]:
+            credentials = await secrets.get()
+            return [] if credentials.error is not None else credentials.keyring.lookup(image)
+
+        return await self.records.must_pull(image, image_ref, pod_credentials)
 
 
 class PullFailed(Exception):
     """What the runtime answered (each attempt's answer, for several credentials)."""
 
 
-async def _pull(ctx: PodContext, image: str, credentials: PullCredentials, node: Keyring) -> str:
+async def _pull(ctx: PodContext, image: str, credentials: PullCredentials,
+                node: Keyring) -> tuple[str, Credential | None]:
+    """The image reference and the credential that pulled it (None: anonymously)."""
     if credentials.error is not None:
         raise PullFailed(str(credentials.error))
     # The kubelet's union keyring: the pod's secrets first, then the node's own.
     matching = credentials.keyring.lookup(image) + node.lookup(image)
     if not matching:
         try:
-            return await ctx.runtime.pull_image(image)
+            return await ctx.runtime.pull_image(image), None
         except CriError as exc:
             raise PullFailed(exc.details or str(exc)) from None
     errors: list[str] = []
@@ -102,7 +128,7 @@ async def _pull(ctx: PodContext, image: str, credentials: PullCredentials, node:
         # Only the user and password go to the runtime (the kubelet's AuthConfig from a secret).
         auth = t.AuthConfig(username=credential.username, password=credential.password)
         try:
-            return await ctx.runtime.pull_image(image, auth=auth)
+            return await ctx.runtime.pull_image(image, auth=auth), credential
         except CriError as exc:
             errors.append(exc.details or str(exc))
             ctx.log.info("image pull with a pull secret failed", image=image, secret=credential.secret)

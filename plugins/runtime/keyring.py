@@ -41,7 +41,12 @@ class Credential:
     username: str
     password: str = field(repr=False)
     secret: str = ""
-    """The secret it came from (a name, safe to log)."""
+    """The secret it came from (a name, safe to log); for the node's own, its file."""
+    namespace: str = ""
+    uid: str = ""
+    """The secret's namespace and UID (what the image pull records keep)."""
+    node: bool = False
+    """The node's own credential (plugins/runtime/nodekeyring.py), not a pod's secret."""
 
 
 def _field(entry: Mapping[str, Any], name: str) -> Any:

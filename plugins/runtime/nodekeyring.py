@@ -15,6 +15,7 @@ standalone node has); a pod's own image pull secrets are tried before them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -56,7 +57,7 @@ def read(root_dir: Path, cwd: Path, home: Path, fs_root: Path = Path("/")) -> tu
             log.warning("node docker config passed over", path=str(path), error=str(exc))
             continue
         keyring = Keyring()
-        keyring.add(auths)
+        keyring.add({registry: replace(c, node=True) for registry, c in auths.items()})
         return keyring, path
     return Keyring(), None
 

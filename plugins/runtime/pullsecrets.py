@@ -16,7 +16,7 @@ unhonoured (plugins/apivolumes/references.py lists it with the other fields that
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nodeagent.stages import PodContext
 from plugins.apivolumes.objects import ObjectReader, ObjectUnavailable
@@ -73,5 +73,6 @@ class PullSecrets:
                 found.error = exc
                 return found
             if auths is not None:
-                found.keyring.add(auths)
+                found.keyring.add({registry: replace(c, namespace=namespace, uid=secret.uid)
+                                   for registry, c in auths.items()})
         return found

@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from nodeagent import quantity
+from nodeagent.imagenames import allowlist_pattern
 from nodeagent.registry import CONFIGURABLE, DEFAULT_PROFILE
 
 
@@ -161,6 +162,13 @@ class AgentConfig(BaseModel):
     trace_file: Path | None = None
     profile: dict[str, list[str]] = Field(default_factory=lambda: {k: list(v) for k, v in DEFAULT_PROFILE.items()})
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("preloaded_images_verification_allowlist")
+    @classmethod
+    def _allowlist_patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            allowlist_pattern(pattern)  # ValueError with the kubelet's words
+        return value
 
     @field_validator("profile")
     @classmethod

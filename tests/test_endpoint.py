@@ -101,3 +101,14 @@ def test_register_with_taints_are_validated_as_the_kubelet_does(tmp_path: Path) 
     assert "registerWithTaints.1.key: Value error, invalid taint key 'bad key'" in result.stderr
     assert "registerWithTaints.2.effect: Input should be 'NoSchedule', 'PreferNoSchedule' or 'NoExecute'" in result.stderr
     assert "registerWithTaints.0" not in result.stderr
+
+
+def test_the_image_verification_allowlist_is_validated_at_load(tmp_path: Path) -> None:
+    config = tmp_path / "agent.yaml"
+    config.write_text("imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n"
+                      "preloadedImagesVerificationAllowlist: [registry.example.com/*/x]\n")
+    result = subprocess.run([sys.executable, "-m", "nodeagent", "plugins", "--config", str(config)],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert ("preloadedImagesVerificationAllowlist: Value error, not a valid wildcard pattern, only patterns "
+            "ending with '/*' are allowed: registry.example.com/*/x") in result.stderr

@@ -26,6 +26,7 @@ from controlplane import build as cpbuild
 from cri import CriError
 from cri import types as t
 from devenv.images import build_pause
+from nodeagent import imagenames
 from nodeagent.clock import ManualClock
 from nodeagent.events import Event, ImagePulled, PodRef
 from nodeagent.model import Pod
@@ -432,10 +433,10 @@ async def test_the_verification_policies(tmp_path: Path) -> None:
 ])
 def test_allowlist_patterns_are_validated_as_the_kubelet_does(pattern: str, error: str | None) -> None:
     if error is None:
-        pullrecords.allowlist_pattern(pattern)
+        imagenames.allowlist_pattern(pattern)
     else:
         with pytest.raises(ValueError, match=re.escape(error)):
-            pullrecords.allowlist_pattern(pattern)
+            imagenames.allowlist_pattern(pattern)
 
 
 def test_standalone_reports_image_pull_secrets_as_needing_the_api() -> None:

@@ -268,11 +268,8 @@ def plugin(config: Mapping[str, Any], handle: AgentHandle) -> RuntimeStage:
         raise TypeError(f"runtime takes no configuration, got {sorted(config)}")
     settings = handle.settings
     root_dir = Path(settings.root_dir)
-    try:
-        records = PullRecords(root_dir / "image_manager", settings.image_pull_credentials_verification_policy,
-                              settings.preloaded_images_verification_allowlist)
-    except ValueError as exc:
-        raise ValueError(f"preloadedImagesVerificationAllowlist: {exc}") from None
+    records = PullRecords(root_dir / "image_manager", settings.image_pull_credentials_verification_policy,
+                          settings.preloaded_images_verification_allowlist)
     return RuntimeStage(handle.node.name, Path(settings.pod_logs_dir), NodeKeyring(root_dir, handle.clock.monotonic),
                         records)
 

@@ -34,37 +34,13 @@ from typing import Any
 
 import structlog
 
+from nodeagent.imagenames import allowlist_pattern, without_tag_or_digest
 from plugins.runtime.keyring import Credential
 
 log = structlog.get_logger("nodeagent.runtime.pullrecords")
 
 POLICIES = ("NeverVerify", "NeverVerifyPreloadedImages", "NeverVerifyAllowlistedImages", "AlwaysVerify")
 DEFAULT_POLICY = "NeverVerifyPreloadedImages"
-
-
-def without_tag_or_digest(image: str) -> str:
-    """The image as written, its ``@digest`` and ``:tag`` cut (the kubelet's records are keyed
-    so, not normalised: ``busybox:1.36`` is ``busybox``)."""
-    name = image.partition("@")[0]
-    colon, slash = name.rfind(":"), name.rfind("/")
-    return name[:colon] if colon > slash else name
-
-
-def allowlist_pattern(pattern: str) -> tuple[str, bool]:
-    """(normalised pattern, is a prefix) of one allowlist entry; ValueError as the kubelet refuses."""
-    if pattern != pattern.strip():
-        raise ValueError(f"leading/trailing spaces are not allowed: {pattern}")
-    prefix = pattern.endswith("/*")
-    trimmed = pattern[:-1] if prefix else pattern
-    if not trimmed:
-        raise ValueError(f"the supplied pattern is too short: {pattern}")
-    if "*" in trimmed:
-        raise ValueError(f"not a valid wildcard pattern, only patterns ending with '/*' are allowed: {pattern}")
-    if prefix and len(trimmed) == 1:
-        raise ValueError("at least registry hostname is required")
-    if not prefix and without_tag_or_digest(trimmed) != trimmed:
-        raise ValueError(f"neither tag nor digest is accepted in an image reference: {pattern}")
-    return trimmed, prefix
 
 
 def credential_hash(credential: Credential) -> str:

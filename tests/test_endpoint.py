@@ -81,34 +81,32 @@ async def test_cli_reports_a_missing_agent_clearly() -> None:
     assert f"no agent answers at http://127.0.0.1:{port}/pods" in result.stderr.decode()
 
 
-async def test_bad_configuration_is_reported_with_the_field(tmp_path: Path) -> None:
+def _refused_configuration(tmp_path: Path, text: str) -> str:
+    """``nodeagent plugins`` with a configuration it must refuse (exit 2); its stderr."""
     config = tmp_path / "agent.yaml"
-    config.write_text("maxPods: -3\nstaticPodPth: /x\n")
+    config.write_text(text)
     result = subprocess.run([sys.executable, "-m", "nodeagent", "plugins", "--config", str(config)],
                             capture_output=True, text=True)
-    assert result.returncode == 2
-    assert "maxPods: Input should be greater than or equal to 1" in result.stderr
-    assert "staticPodPth: Extra inputs are not permitted" in result.stderr
+    assert result.returncode == 2, result
+    return result.stderr
+
+
+async def test_bad_configuration_is_reported_with_the_field(tmp_path: Path) -> None:
+    stderr = _refused_configuration(tmp_path, "maxPods: -3\nstaticPodPth: /x\n")
+    assert "maxPods: Input should be greater than or equal to 1" in stderr
+    assert "staticPodPth: Extra inputs are not permitted" in stderr
 
 
 def test_register_with_taints_are_validated_as_the_kubelet_does(tmp_path: Path) -> None:
-    config = tmp_path / "agent.yaml"
-    config.write_text("registerWithTaints:\n- {key: dedicated, value: ok, effect: NoSchedule}\n"
-                      "- {key: 'bad key', effect: NoSchedule}\n- {key: gpu, effect: Sometimes}\n")
-    result = subprocess.run([sys.executable, "-m", "nodeagent", "plugins", "--config", str(config)],
-                            capture_output=True, text=True)
-    assert result.returncode == 2
-    assert "registerWithTaints.1.key: Value error, invalid taint key 'bad key'" in result.stderr
-    assert "registerWithTaints.2.effect: Input should be 'NoSchedule', 'PreferNoSchedule' or 'NoExecute'" in result.stderr
-    assert "registerWithTaints.0" not in result.stderr
+    stderr = _refused_configuration(tmp_path, "registerWithTaints:\n- {key: dedicated, value: ok, effect: NoSchedule}\n"
+                                              "- {key: 'bad key', effect: NoSchedule}\n- {key: gpu, effect: Sometimes}\n")
+    assert "registerWithTaints.1.key: Value error, invalid taint key 'bad key'" in stderr
+    assert "registerWithTaints.2.effect: Input should be 'NoSchedule', 'PreferNoSchedule' or 'NoExecute'" in stderr
+    assert "registerWithTaints.0" not in stderr
 
 
 def test_the_image_verification_allowlist_is_validated_at_load(tmp_path: Path) -> None:
-    config = tmp_path / "agent.yaml"
-    config.write_text("imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n"
-                      "preloadedImagesVerificationAllowlist: [registry.example.com/*/x]\n")
-    result = subprocess.run([sys.executable, "-m", "nodeagent", "plugins", "--config", str(config)],
-                            capture_output=True, text=True)
-    assert result.returncode == 2
+    stderr = _refused_configuration(tmp_path, "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n"
+                                              "preloadedImagesVerificationAllowlist: [registry.example.com/*/x]\n")
     assert ("preloadedImagesVerificationAllowlist: Value error, not a valid wildcard pattern, only patterns "
-            "ending with '/*' are allowed: registry.example.com/*/x") in result.stderr
+            "ending with '/*' are allowed: registry.example.com/*/x") in stderr

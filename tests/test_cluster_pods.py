@@ -126,7 +126,7 @@ async def test_api_pod_is_scheduled_runs_and_is_deleted_gracefully(
         reasons = await wait_for(created_and_started, 30, "Pulled/Created/Started events")
         assert reasons["Created"]["message"] == "Created container: main"
         assert reasons["Started"]["message"] == "Started container main"
-        assert reasons["Pulled"]["message"] == f'Container image "{BUSYBOX_IMAGE}" already present on machine'
+        assert reasons["Pulled"]["message"] == f'Container image "{BUSYBOX_IMAGE}" already present on machine and can be accessed by the pod'
         started = reasons["Started"]
         assert started["source"] == {"component": "kubelet", "host": node}
         assert started["involvedObject"]["fieldPath"] == "spec.containers{main}"
@@ -289,7 +289,7 @@ def test_facts_become_the_kubelets_events() -> None:
     events.translate(ev.ContainerCreated(pod=ref, container="main", container_id="c2", attempt=1))  # forgotten pod
     got = [(e.involved.field_path, e.type, e.reason, e.message) for e in events._queue]
     assert got == [
-        ("spec.initContainers{init}", "Normal", "Pulled", 'Container image "img:1" already present on machine'),
+        ("spec.initContainers{init}", "Normal", "Pulled", 'Container image "img:1" already present on machine and can be accessed by the pod'),
         ("spec.containers{main}", "Normal", "Created", "Created container: main"),
         ("spec.containers{main}", "Normal", "Started", "Started container main"),
         ("", "Warning", "FailedMount", "MountVolume.SetUp failed"),

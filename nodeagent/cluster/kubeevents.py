@@ -142,7 +142,9 @@ class KubeEvents:
         if isinstance(event, ev.ImagePulled):
             at = self._involved(facts, self._container_of_image(facts, event.image))
             if event.already_present:
-                self.record(at, NORMAL, "Pulled", f'Container image "{event.image}" already present on machine')
+                # The 1.37 kubelet's words (KubeletEnsureSecretPulledImages on: the pod's access was checked).
+                self.record(at, NORMAL, "Pulled",
+                            f'Container image "{event.image}" already present on machine and can be accessed by the pod')
             else:
                 self.record(at, NORMAL, "Pulled", f'Successfully pulled image "{event.image}"')
         elif isinstance(event, ev.ContainerCreated):

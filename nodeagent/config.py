@@ -106,6 +106,8 @@ class AgentConfig(BaseModel):
     kubelet's KubeletEnsureSecretPulledImages; plugins/runtime/pullrecords.py)."""
     preloaded_images_verification_allowlist: list[str] = Field(default_factory=list)
     """Images never verified under NeverVerifyAllowlistedImages: a repository, or a prefix ending ``/*``."""
+    node_status_max_images: int = Field(default=50, ge=-1)
+    """How many images (largest first) the Node's status lists; -1: all (the kubelet's field)."""
     register_with_taints: list[Taint] = Field(default_factory=list)
     """Taints the Node is created with (the kubelet's registerWithTaints); an existing Node's
     taints are left as they are, as the kubelet leaves them."""

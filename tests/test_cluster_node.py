@@ -20,6 +20,7 @@ import anyio
 import pytest
 
 from controlplane import ControlPlane
+from devenv.images import BUSYBOX_IMAGE
 from nodeagent.clock import ManualClock
 from nodeagent.cluster.mergepatch import api_status, merge_diff, status_patch
 from nodeagent.cluster.node import KUBELET_VERSION, resources
@@ -151,6 +152,13 @@ async def test_node_registers_becomes_ready_and_renews_its_lease(
             assert {"type": "InternalIP", "address": config.node_ip} in status["addresses"]
             assert {"type": "Hostname", "address": node} in status["addresses"]
             assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == config.port
+            # The runtime's images, largest first, with digests then tags (the scheduler's ImageLocality).
+            held = await env.client.list_images()
+            images = status["images"]
+            assert len(images) == min(len(held), 50) and images
+            assert [i["sizeBytes"] for i in images] == sorted((i.size for i in held), reverse=True)[:50]
+            busybox = next(i for i in held if BUSYBOX_IMAGE in i.repo_tags)
+            assert {"names": [*busybox.repo_digests, *busybox.repo_tags][:5], "sizeBytes": busybox.size} in images
             ready = condition(obj, "Ready")
             assert ready["reason"] == "KubeletReady" and ready["message"] == "kubelet is posting ready status"
             for kind, reason in (("MemoryPressure", "KubeletHasSufficientMemory"),
@@ -313,9 +321,11 @@ async def test_node_registers_with_its_configured_taints_and_admits_against_them
         control_plane: ControlPlane, containerd: Any, tmp_path: Path) -> None:
     taints = [{"key": "dedicated", "value": "nodeagent", "effect": "NoSchedule"},
               {"key": "example.com/gpu", "effect": "NoExecute"}]
-    config = await cluster_config(control_plane, containerd, tmp_path, register_with_taints=taints)
+    config = await cluster_config(control_plane, containerd, tmp_path, register_with_taints=taints,
+                                  node_status_max_images=1)
     async with ready_cluster_node(control_plane, containerd, config) as env:
         obj = await get_json(control_plane, "node", config.node_name)
+        assert len(obj["status"]["images"]) == 1  # nodeStatusMaxImages: only the largest
         ours = [t for t in obj["spec"]["taints"] if not t["key"].startswith("node.kubernetes.io/")]
         assert ours == taints
         # The NoExecute one is what admission checks API pods against (tainttoleration).

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from controlplane import build as cpbuild
@@ -422,6 +423,21 @@ async def test_the_verification_policies(tmp_path: Path) -> None:
     assert await pullrecords.PullRecords(tmp_path / "cut").must_pull(IMAGE, REF, _given(S1))
     records.failed(IMAGE)
     assert not await pullrecords.PullRecords(tmp_path / "cut").must_pull(IMAGE, REF, _given(S1))
+
+
+async def test_a_pull_cut_short_ends_its_intent(tmp_path: Path) -> None:
+    class HangingRuntime(FakeRuntime):
+        async def pull_image(self, image: str, sandbox_config: Any = None, auth: t.AuthConfig | None = None) -> str:
+            await anyio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    records = pullrecords.PullRecords(tmp_path)
+    puller = ImagePuller.new(records=records)
+    pod = _pull_pod(IMAGE)
+    ctx = PullContext(pod, FakeApi(), HangingRuntime(accept=set()))
+    with anyio.move_on_after(0.1):
+        await puller.ensure(ctx, pod.spec.containers[0])  # type: ignore[arg-type]
+    assert list((tmp_path / "pulling").iterdir()) == []  # the pod went away mid-pull: no intent left
 
 
 @pytest.mark.parametrize(("pattern", "error"), [

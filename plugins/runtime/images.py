@@ -73,13 +73,9 @@ class ImagePuller:
             return "", Result.retry("ImagePullBackOff", message, retry_after=wait)
         credentials = await secrets.get()
         node = await self.node_keyring.get() if self.node_keyring is not None else Keyring()
-        if self.records is not None:
-            self.records.intend(image)
         try:
-            ref, used = await _pull(ctx, image, credentials, node)
+            ref, used = await self._recorded_pull(ctx, image, credentials, node)
         except PullFailed as exc:
-            if self.records is not None:
-                self.records.failed(image)
             self._last_failure[key] = now
             self.backoff.next(key, now)
             message = f'Failed to pull image "{image}": {exc}'
@@ -90,11 +86,26 @@ class ImagePuller:
                                                          message=missing_message(credentials.missing)))
             # Come back soon: the next call finds the image in back-off and says so.
             return "", Result.retry("ErrImagePull", message, retry_after=1.0)
-        if self.records is not None:
-            self.records.pulled(image, ref, used)
         self.backoff.reset(key)
         await ctx.publish(ImagePulled(image=image, image_ref=ref, already_present=False))
         return ref, None
+
+    async def _recorded_pull(self, ctx: PodContext, image: str, credentials: PullCredentials,
+                             node: Keyring) -> tuple[str, Credential | None]:
+        """``_pull``, between an intent and its outcome in the pull records (a pull cut short,
+        by a failure or by the pod going away, ends as failed)."""
+        if self.records is None:
+            return await _pull(ctx, image, credentials, node)
+        self.records.intend(image)
+        outcome: tuple[str, Credential | None] | None = None
+        try:
+            outcome = await _pull(ctx, image, credentials, node)
+            return outcome
+        finally:
+            if outcome is None:
+                self.records.failed(image)
+            else:
+                self.records.pulled(image, *outcome)
 
     async def _must_pull(self, image: str, image_ref: str, secrets: PullSecrets) -> bool:
         if self.records is None:

@@ -68,6 +68,7 @@ from cri import types as t
 from nodeagent import labels as L
 from nodeagent.model import Pod
 from nodeagent.sources.static import parse_manifest
+from plugins.runtime import podcgroup
 from plugins.runtime.container import container_config
 from plugins.runtime.sandbox import log_directory, sandbox_config
 
@@ -285,6 +286,9 @@ class Baseline:
                 for cid in p.container_ids:
                     await self.client.remove_container(cid)
                 await self.client.remove_pod_sandbox(p.sandbox_id)
+                # The pod cgroup runc made under the sandbox's cgroup_parent, as the kubelet's
+                # pod cleanup (and the agent's) removes it: left, every benchmark run leaked N.
+                await podcgroup.remove(p.pod)
 
         async with anyio.create_task_group() as tg:
             for p in pods:

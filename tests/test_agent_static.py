@@ -322,8 +322,8 @@ async def test_each_pods_status_is_a_json_file_under_the_root_dir(containerd: An
         data = json.loads(path.read_text())
         assert data["pod"]["uid"] == uid and data["status"]["containerStatuses"][0]["ready"] is True
         env.remove("filed.yaml")
-        await wait_for(lambda: _gone(path), 60, "the status file removed with the pod")
+        await wait_for(lambda: _file_missing(path), 60, "the status file removed with the pod")
 
 
-async def _gone(path: Path) -> bool:
+async def _file_missing(path: Path) -> bool:
     return not path.exists()

@@ -275,3 +275,45 @@ def test_a_resize_condition_the_node_no_longer_reports_is_removed_from_the_api()
     sent = api_status({"conditions": [{"type": "Ready", "status": "True"}]}, None, in_api)
     assert status_patch(in_api, sent, first=True)["conditions"] == [
         {"type": "Ready", "status": "True"}, {"type": "PodResizeInProgress", "$patch": "delete"}]
+
+
+def test_the_sweep_removes_only_idle_cgroups_of_pods_no_longer_run() -> None:
+    """On the host's real cgroup filesystem: an orphan pod cgroup (e.g. left by a killed agent)
+    goes; one of a pod the stage runs, one holding a process, and a young one stay."""
+    import os
+    import subprocess
+    import time
+
+    from plugins.runtime import podcgroup
+
+    # A root of its own: a sweep of the shared one could take a pod cgroup another agent on
+    # this host (another test, a conformance run) has just made.
+    root_name = f"nodeagent-test-{uuid.uuid4().hex[:8]}"
+    base = podcgroup.CGROUP_FS if podcgroup.unified() else podcgroup.CGROUP_FS / "memory"
+    parent = base / root_name / "besteffort"
+    orphan, active, busy = (uuid.uuid4().hex for _ in range(3))
+    for uid in (orphan, active, busy):
+        (parent / f"pod{uid}" / "leftover-container").mkdir(parents=True)
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        (parent / f"pod{busy}" / "cgroup.procs").write_text(str(sleeper.pid))
+        now = time.time()
+        assert podcgroup.sweep({active}, 3600, now, root_name) == []  # too young: a pod being set up
+        assert podcgroup.sweep({active}, 0, now + 1, root_name) == [orphan]
+        assert not (parent / f"pod{orphan}").exists()
+        assert (parent / f"pod{active}").is_dir() and (parent / f"pod{busy}").is_dir()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for uid in (orphan, active, busy):
+            for d in (parent / f"pod{uid}" / "leftover-container", parent / f"pod{uid}"):
+                for _ in range(50):
+                    try:
+                        os.rmdir(d)
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        time.sleep(0.1)  # the killed sleeper leaves its cgroup a moment later
+        for d in (parent, parent.parent):
+            os.rmdir(d)

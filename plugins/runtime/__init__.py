@@ -20,11 +20,14 @@ them, and so that every undo is idempotent.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
+import anyio.abc
+import structlog
 
 from cri import AlreadyExists, CriError, NotFound
 from cri import types as t
@@ -50,10 +53,14 @@ from plugins.runtime.sandbox import log_directory, sandbox_config
 from plugins.runtime.sync import RESYNC_SECONDS, SANDBOX_KEY, Syncer, acted
 from plugins.runtime.termination import kill, victim
 
+log = structlog.get_logger("nodeagent.runtime")
+
 SANDBOX = SANDBOX_KEY
 IMAGE_REFS = StashKey[dict[str, str]]("runtime.image_refs")
 POD_IP = StashKey[str]("runtime.pod_ip")
 STARTING_WAIT_SECONDS = 30.0
+ORPHAN_SWEEP_SECONDS = 60.0
+ORPHAN_MIN_AGE_SECONDS = 60.0
 SPEC_POLL_SECONDS = 0.5
 
 
@@ -68,6 +75,21 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         self._ledger = Ledger()
         self._sync = Syncer(node_name, self._ensure_sandbox, self._pod_ip_of, self._image_ref,
                             Resizer(self._ledger))
+
+    # --- the node-level task: orphaned pod cgroups ---------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await anyio.sleep(ORPHAN_SWEEP_SECONDS)
+            try:
+                removed = await anyio.to_thread.run_sync(podcgroup.sweep, self._ledger.uids(),
+                                                         ORPHAN_MIN_AGE_SECONDS, time.time())
+            except OSError as exc:
+                log.warning("pod cgroup sweep failed", error=str(exc))
+                continue
+            if removed:
+                log.info("removed the cgroups of pods no longer running", pods=removed)
 
     # --- prepare: images, then the sandbox ------------------------------------------------
 

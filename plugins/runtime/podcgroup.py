@@ -9,12 +9,14 @@ the same host never mistakes our pods for its orphans). Before the sandbox runs,
 memory directories are made and given the pod's values: shares from the pod's CPU requests, a
 CFS quota from its CPU limit and a memory limit, where the pod-level ``spec.resources`` win
 over the sum of the containers. A resize rewrites them (resize.py); cleanup removes the
-directories once no container is left in them.
+directories once no container is left in them, and a periodic sweep removes those of pods the
+agent no longer runs (:func:`sweep`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 import anyio
@@ -153,18 +155,9 @@ def _remove(pod: Pod) -> None:
     roots = [CGROUP_FS] if unified() else [p for p in CGROUP_FS.iterdir() if p.is_dir()]
     for root in roots:
         d = root / rel
-        if not d.is_dir():
-            continue
-        # Leftover child directories of removed containers go first (runc removes its own).
-        for child in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-            try:
-                os.rmdir(child)
-            except OSError:
-                pass
-        try:
-            os.rmdir(d)
-        except OSError:
-            pass
+        if d.is_dir():
+            # Leftover child directories of removed containers go first (runc removes its own).
+            _rmdir_tree(d)
 
 
 async def remove(pod: Pod) -> None:
@@ -172,4 +165,49 @@ async def remove(pod: Pod) -> None:
     await anyio.to_thread.run_sync(_remove, pod)
 
 
-__all__ = ["apply", "cgroup_parent", "memory_usage", "pod_values", "remove", "widest"]
+def _rmdir_tree(d: Path) -> bool:
+    """rmdir ``d`` after its child directories, deepest first; False when the kernel refuses
+    (a cgroup holding a process is never removed)."""
+    for child in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        try:
+            os.rmdir(child)
+        except OSError:
+            pass
+    try:
+        os.rmdir(d)
+    except OSError:
+        return False
+    return True
+
+
+def sweep(active: Collection[str], min_age_seconds: float, now: float, root_name: str = ROOT) -> list[str]:
+    """Remove the pod cgroups under our root whose pod is not ``active`` and that hold no
+    process, when older than ``min_age_seconds`` (a pod's directory is made just before its
+    sandbox; the age keeps a pod being set up, of this agent or another on the host, safe).
+    The kubelet's cleanupOrphanedPodCgroups: a pod cleanup cut short (agent killed, a process
+    slow to exit, a sandbox made without the agent) leaves directories that nothing else
+    removes and that every walk of the hierarchy pays for. Returns the UIDs removed."""
+    removed: list[str] = []
+    roots = [CGROUP_FS] if unified() else [p for p in CGROUP_FS.iterdir() if p.is_dir()]
+    for root in roots:
+        base = root / root_name
+        for parent in (base, base / "besteffort", base / "burstable"):
+            try:
+                candidates = [d for d in parent.iterdir() if d.name.startswith("pod") and d.is_dir()]
+            except OSError:
+                continue
+            for d in candidates:
+                uid = d.name.removeprefix("pod")
+                if uid in active:
+                    continue
+                try:
+                    if now - d.stat().st_mtime < min_age_seconds:
+                        continue
+                except OSError:
+                    continue
+                if _rmdir_tree(d) and uid not in removed:
+                    removed.append(uid)
+    return removed
+
+
+__all__ = ["apply", "cgroup_parent", "memory_usage", "pod_values", "remove", "sweep", "widest"]

@@ -167,6 +167,10 @@ class Ledger:
     def release(self, uid: str) -> None:
         self._pods.pop(uid, None)
 
+    def uids(self) -> set[str]:
+        """The pods the runtime stage runs (from their sandbox's making to their cleanup)."""
+        return set(self._pods)
+
     def fit(self, uid: str, pod: Pod, allocatable: Mapping[str, int]) -> tuple[str, str] | None:
         """None when ``pod`` fits beside the others; else (Infeasible | Deferred, message)."""
         wanted = pod_requests(pod)

@@ -608,15 +608,18 @@ async def test_a_present_private_image_is_only_used_by_pods_with_its_credentials
     # pod on the node may use the present image only with a secret of the same credential.
     image = f"{private_registry}/pause:testing"
     async with cluster_node(containerd, control_plane, tmp_path) as node:
-        if await node.env.client.image_status(image) is not None:  # another test's pull: not ours to judge
-            await node.env.client.remove_image(image)
+        # The image may be present already (another test pulled it): never RemoveImage it here.
+        # It is our pause image re-served, and CRI RemoveImage removes every tag of the image ID,
+        # registry.k8s.io/pause:3.10 (every sandbox's) among them.
         auth = {private_registry: {"auth": _b64("user:password")}}
         for name in (f"pull-{node.name}", f"copy-{node.name}"):
             await node.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
                                "type": "kubernetes.io/dockerconfigjson", "data": _dockerconfigjson(auth)})
         container = {"name": "image-pull-test", "image": image, "imagePullPolicy": "IfNotPresent"}
 
-        first = await node.run_pod(f"first-{node.name}", container, imagePullSecrets=[{"name": f"pull-{node.name}"}])
+        # Always: pulled with the secret whether present or not, so this agent records the pull.
+        first = await node.run_pod(f"first-{node.name}", {**container, "imagePullPolicy": "Always"},
+                                   imagePullSecrets=[{"name": f"pull-{node.name}"}])
         await wait_for(lambda: node.running(first["metadata"]["uid"], "image-pull-test"), 90, "the first pod running")
 
         # Present on the node, but this pod has no credential for it: pulled again, anonymously: 401.

@@ -78,7 +78,13 @@ async def test_manifest_removed_stops_containers_and_removes_sandbox(containerd:
         env.write("a.yaml", pod_manifest("b"))
         await wait_for(lambda: _gone(env, uid_a), what="pod a torn down")
         assert await env.running_containers("b")
-        assert env.uid_of("a") is None  # forgotten: status dropped
+
+        # Forgotten (status dropped) once the teardown's last stages are done, which follows
+        # the sandbox's removal: awaited, not read at the instant the runtime is empty.
+        async def forgotten() -> bool:
+            return env.uid_of("a") is None
+
+        await wait_for(forgotten, what="pod a forgotten")
         assert not (env.config.root_dir / "pods" / str(uid_a)).exists()
 
 

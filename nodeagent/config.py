@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from nodeagent import quantity
+from nodeagent.duration import Duration
 from nodeagent.imagenames import allowlist_pattern
 from nodeagent.registry import CONFIGURABLE, DEFAULT_PROFILE
 
@@ -114,14 +115,14 @@ class AgentConfig(BaseModel):
     kube_api_qps: float = Field(default=50.0, gt=0, alias="kubeAPIQPS")
     """Client-side rate of API writes (pod status, mirror pods, Events), as the kubelet's."""
     kube_api_burst: int = Field(default=100, ge=1, alias="kubeAPIBurst")
-    node_status_update_frequency: float = Field(default=10.0, gt=0)
+    node_status_update_frequency: Duration = Field(default=10.0, gt=0)
     """Seconds between node status computations; a change is written at once."""
-    node_status_report_frequency: float = Field(default=300.0, gt=0)
+    node_status_report_frequency: Duration = Field(default=300.0, gt=0)
     """Seconds after which an unchanged node status is written anyway (lastHeartbeatTime)."""
     node_lease_duration_seconds: int = Field(default=40, ge=1)
     """The Lease's duration; it is renewed every quarter of it (the kubelet's 40 s / 10 s)."""
     container_runtime_endpoint: str = "unix:///run/containerd/containerd.sock"
-    runtime_request_timeout: float = 120.0
+    runtime_request_timeout: Duration = 120.0
     """Seconds per CRI call (the kubelet's runtimeRequestTimeout, 2m)."""
     max_pods: int = Field(default=110, ge=1)
     pod_logs_dir: Path = Path("/var/log/pods")
@@ -129,13 +130,13 @@ class AgentConfig(BaseModel):
     """Rotate a running container's log file once it reaches this size (a quantity)."""
     container_log_max_files: int = Field(default=5, ge=2)
     """Log files kept per container, the live one included (the kubelet also requires >= 2)."""
-    container_log_monitor_interval: float = Field(default=10.0, gt=0)
+    container_log_monitor_interval: Duration = Field(default=10.0, gt=0)
     """Seconds between log size checks. The kubelet refuses less than 3 s; we allow it for tests."""
     container_logs_symlink_dir: Path = Path("/var/log/containers")
     """Where the legacy ``<pod>_<ns>_<container>-<id>.log`` symlinks go (not a kubelet setting:
     the kubelet hard-codes /var/log/containers)."""
     root_dir: Path = Path("/var/lib/nodeagent")
-    file_check_frequency: float = Field(default=20.0, gt=0)
+    file_check_frequency: Duration = Field(default=20.0, gt=0)
     """Seconds between full rescans of staticPodPath (changes are also seen sooner by polling)."""
     healthz_bind_address: str = "127.0.0.1"
     healthz_port: int = Field(default=10248, ge=0, le=65535)

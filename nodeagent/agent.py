@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -23,7 +23,7 @@ from nodeagent import events as ev
 from nodeagent import quantity
 from nodeagent.admission import AdmissionCycle
 from nodeagent.apiclient import make_api_client
-from nodeagent.bus import TOPOLOGY, Bus, Inbox
+from nodeagent.bus import TOPOLOGY, Bus, consume
 from nodeagent.claims import ClaimStore
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.cluster import ClusterMode
@@ -40,10 +40,12 @@ from nodeagent.registry import Pipeline, load
 from nodeagent.sources.static import StaticPodSource
 from nodeagent.stages import NodeInfo
 from nodeagent.status import FileSink, StatusSink, StatusWriter
+from nodeagent.supervisor import Supervisor
 from nodeagent.trace import Trace
 from nodeagent.worker import Services
 
 log = structlog.get_logger("nodeagent")
+_EVENT_LOG = structlog.get_logger("nodeagent.events")
 
 # The kubelet's default hard eviction threshold for memory is subtracted from allocatable.
 EVICTION_HARD_MEMORY = 100 * 2**20
@@ -69,6 +71,17 @@ def _mem_total() -> int:
             if line.startswith("MemTotal:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+class PodSource(Protocol):
+    """What the runtime replay needs of a pod source."""
+
+    @property
+    def listed(self) -> bool:
+        """The source has published its first complete listing."""
+
+    def wanted(self) -> set[str]:
+        """UIDs of the pods the source wants run."""
 
 
 @dataclass
@@ -99,6 +112,8 @@ class Agent:
         self.verbose = verbose
         self.clock = clock or SystemClock()
         self.bus = Bus(TOPOLOGY, cluster=config.kubeconfig is not None)
+        self.supervisor: Supervisor | None = None
+        """Runs every long-lived task (set when the agent runs)."""
         self.runtime = RuntimeClient(config.container_runtime_endpoint, timeout=config.runtime_request_timeout)
         self.api: Any = make_api_client(config.kubeconfig) if config.kubeconfig else None
         self.node = NodeInfo(
@@ -119,7 +134,7 @@ class Agent:
         sinks: list[StatusSink] = [FileSink(config.root_dir / "pod-status")]
         if self.cluster is not None:
             sinks.append(self.cluster.status_sink)
-        self.status = StatusWriter(sinks, host_ip=config.node_ip)
+        self.status = StatusWriter(sinks, host_ip=config.node_ip, contain=self._contain)
         self.claims = ClaimStore()
         self.pipeline: Pipeline | None = None
         self.dispatcher: Dispatcher | None = None
@@ -127,6 +142,13 @@ class Agent:
         self.kubelet_server: KubeletServer | None = None
         """The kubelet API (its ``port`` is where it listens, once it does)."""
         self.ready = anyio.Event()
+
+    def _contain(self, task: str, exc: Exception) -> None:
+        """A failure contained where it happened, reported through the supervisor once it runs."""
+        if self.supervisor is not None:
+            self.supervisor.contain(task, exc)
+        else:
+            log.error("task failed before the supervisor started", task=task, error=repr(exc))
 
     def load_pipeline(self) -> Pipeline:
         handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.claims, api=self.api)
@@ -150,49 +172,63 @@ class Agent:
         self.pipeline = self.load_pipeline()
         log.info("stage order resolved", **{k: ",".join(v) or "-" for k, v in self.pipeline.as_dict().items()})
         self.config.root_dir.mkdir(parents=True, exist_ok=True)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._eventlog, self.bus.stream("eventlog"), name="eventlog")
-            tg.start_soon(self.trace.run, self.bus.stream("trace"), name="trace")
-            tg.start_soon(self.metrics.run, self.bus.stream("metrics"), name="metrics")
-            if self.cluster is not None:
-                await self.cluster.start(tg)  # registers the Node even while the runtime is down
-            await self._connect_runtime()
-            await tg.start(self.relister.run, name="pleg")
-            await tg.start(self.status.run, name="status")
-            for stage in self.pipeline.stages.values():
-                node_task = getattr(stage, "run", None)  # a stage's node-level task (dra: plugin watcher)
-                if node_task is not None:
-                    await tg.start(node_task, name=f"stage:{stage.name}")
-            services = Services(
-                runtime=self.runtime, clock=self.clock, node=self.node, settings=self.config,
-                relister=self.relister, status=self.status, publish=self.bus.publish, api=self.api,
-                admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,
-                root_dir=self.config.root_dir,
-                observe_stage_time=lambda stage, phase, s: self.metrics.stage.observe(s, stage, phase),
-                observe_pod_start=self.metrics.pod_start.observe,
-            )
-            self.dispatcher = Dispatcher(services, tg)
-            tg.start_soon(self.dispatcher.run, self.bus.stream("dispatcher"), name="dispatcher")
-            self._register_gauges()
-            if self.config.healthz_port:
-                self.endpoint_port = await tg.start(self._serve, name="endpoint")
-            if kubelet_server_enabled(self.config):
-                self.kubelet_server = KubeletServer(self.config, status=self.status, relister=self.relister,
-                                                    runtime=self.runtime, healthz=self.healthz)
-                await tg.start(self.kubelet_server.run, name="kubelet-server")
-            wanted: set[str] = set()
-            if self.config.static_pod_path is not None:
-                source = StaticPodSource(self.config.static_pod_path, self.config.node_name, self.bus.publish,
-                                         full_rescan_seconds=self.config.file_check_frequency, claims=self.claims)
-                await tg.start(source.run, name="source:file")
-                wanted |= source.wanted()
-            if self.cluster is not None:
-                wanted |= await self.cluster.start_source(tg)
-            await self._replay(wanted)
-            if self.cluster is not None:
-                self.cluster.replayed()
-            self.ready.set()
-            task_status.started(self)
+        try:
+            async with anyio.create_task_group() as tg:
+                sup = self.supervisor = Supervisor(tg, offer=self.bus.offer, clock=self.clock)
+                self._subscribe(sup, "eventlog", self._log_event)
+                self._subscribe(sup, "trace", self.trace.record)
+                self._subscribe(sup, "metrics", self.metrics.count)
+                if self.cluster is not None:
+                    await self.cluster.start(sup)  # registers the Node even while the runtime is down
+                await self._connect_runtime()
+                await sup.start(self.relister.run, name="pleg")
+                await sup.start(self.status.run, name="status")
+                for stage in self.pipeline.stages.values():
+                    node_task = getattr(stage, "run", None)  # a stage's node-level task (dra: plugin watcher)
+                    if node_task is not None:
+                        await sup.start(node_task, name=f"stage:{stage.name}")
+                services = Services(
+                    runtime=self.runtime, clock=self.clock, node=self.node, settings=self.config,
+                    relister=self.relister, status=self.status, publish=self.bus.publish, api=self.api,
+                    admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,
+                    root_dir=self.config.root_dir,
+                    observe_stage_time=lambda stage, phase, s: self.metrics.stage.observe(s, stage, phase),
+                    observe_pod_start=self.metrics.pod_start.observe,
+                )
+                self.dispatcher = Dispatcher(services, tg, contain=sup.contain)
+                self._subscribe(sup, "dispatcher", self.dispatcher.handle)
+                self._register_gauges()
+                if self.config.healthz_port:
+                    self.endpoint_port = await sup.start(self._serve, name="endpoint")
+                if kubelet_server_enabled(self.config):
+                    self.kubelet_server = KubeletServer(self.config, status=self.status, relister=self.relister,
+                                                        runtime=self.runtime, healthz=self.healthz)
+                    await sup.start(self.kubelet_server.run, name="kubelet-server")
+                sources: list[PodSource] = []
+                if self.config.static_pod_path is not None:
+                    source = StaticPodSource(self.config.static_pod_path, self.config.node_name, self.bus.publish,
+                                             full_rescan_seconds=self.config.file_check_frequency,
+                                             claims=self.claims)
+                    await sup.start(source.run, name="source:file")
+                    sources.append(source)
+                if self.cluster is not None:
+                    await self.cluster.start_source(sup)
+                    sources.append(self.cluster.source)
+                if all(s.listed for s in sources):
+                    await self._replay(sources)
+                else:
+                    # A source that failed before its first listing cannot say which runtime pods
+                    # it wants: nothing is an orphan until it can.
+                    log.warning("a pod source has not listed yet; the runtime replay waits for it")
+                    sup.start_soon(self._replay_once_listed, sources, name="replay")
+                self.ready.set()
+                task_status.started(self)
+        finally:
+            self.trace.close()
+
+    def _subscribe(self, sup: Supervisor, name: str, handle: Callable[[ev.Event], Awaitable[None] | None]) -> None:
+        """A bus subscriber under the supervisor; a fact it fails on is reported and skipped."""
+        sup.start_soon(consume, self.bus.stream(name), handle, lambda exc: sup.contain(name, exc), name=name)
 
     async def _connect_runtime(self) -> None:
         """A dead runtime socket is reported precisely and retried; the agent does not exit."""
@@ -220,19 +256,29 @@ class Agent:
             await self.clock.sleep(delay)
             delay = min(delay * 2, RUNTIME_CONNECT_RETRY_MAX)
 
-    async def _replay(self, wanted: set[str]) -> None:
+    async def _replay(self, sources: Sequence[PodSource]) -> None:
         """Runtime pods of this node that no source wants are orphans: tear them down. Wanted
         ones are adopted by their workers, whose stages find the sandbox and containers."""
+        wanted = set().union(*(s.wanted() for s in sources))
         for uid, pod in self.relister.pods().items():
             if uid not in wanted:
                 log.warning("orphaned runtime pod; terminating it", pod=f"{pod.namespace}/{pod.name}", uid=uid)
                 await self.bus.publish(ev.OrphanFound(source="replay",
                                                       pod=ev.PodRef(uid=uid, name=pod.name, namespace=pod.namespace)))
+        if self.cluster is not None:
+            self.cluster.replayed()
+
+    async def _replay_once_listed(self, sources: Sequence[PodSource]) -> None:
+        while not all(s.listed for s in sources):
+            await self.clock.sleep(0.5)
+        log.info("every pod source has listed; replaying the runtime")
+        await self._replay(sources)
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         routes = Routes(healthz=self.healthz, metrics=self.metrics.render, pods=self.pods_table,
                         trace=self.trace.chain, plugins=self.plugins_info)
-        await serve(routes, self.config.healthz_bind_address, self.config.healthz_port, task_status=task_status)
+        await serve(routes, self.config.healthz_bind_address, self.config.healthz_port, self._contain,
+                    task_status=_PortReport(self, task_status))
 
     def healthz(self) -> tuple[bool, str]:
         if not self.relister.healthy:
@@ -269,21 +315,32 @@ class Agent:
 
         self.metrics.gauges["kubelet_running_pods"] = running
         self.metrics.gauges["nodeagent_bus_queue_depth"] = depth
+        if self.supervisor is not None:
+            self.metrics.collectors.append(self.supervisor.render_metrics)
         # A stage's own series (the gang stage's nodeagent_gang_*), rendered by the stage.
         for stage in (self.pipeline.stages.values() if self.pipeline else ()):
             render = getattr(stage, "render_metrics", None)
             if callable(render):
                 self.metrics.collectors.append(render)
 
-    async def _eventlog(self, inbox: Inbox) -> None:
-        elog = structlog.get_logger("nodeagent.events")
-        verbose = self.verbose
-        async with inbox:
-            async for event in inbox:
-                if not verbose:
-                    continue  # drained, not rendered: dumping every fact costs real CPU at scale
-                data: Mapping[str, Any] = event.model_dump(exclude={"pod", "at", "kind", "pod_spec"})
-                elog.debug(getattr(event, "kind"), pod=str(event.pod) if event.pod.uid else None, **data)
+    def _log_event(self, event: ev.Event) -> None:
+        if not self.verbose:
+            return  # drained, not rendered: dumping every fact costs real CPU at scale
+        data: Mapping[str, Any] = event.model_dump(exclude={"pod", "at", "kind", "pod_spec"})
+        _EVENT_LOG.debug(getattr(event, "kind"), pod=str(event.pod) if event.pod.uid else None, **data)
+
+
+class _PortReport:
+    """The local endpoint's task_status: every bind (a restart's too: with port 0 it is a new
+    port) is kept in ``agent.endpoint_port``; the first also reaches the starter."""
+
+    def __init__(self, agent: Agent, task_status: anyio.abc.TaskStatus[int]) -> None:
+        self._agent = agent
+        self._task_status = task_status
+
+    def started(self, port: int) -> None:
+        self._agent.endpoint_port = port
+        self._task_status.started(port)
 
 
 async def run_forever(config: AgentConfig, verbose: bool = False) -> None:

@@ -9,6 +9,8 @@ deadlock.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -86,6 +88,11 @@ TOPOLOGY = Topology(
             "pod workers report the outcome of every phase",
         ),
         Publisher(
+            "supervisor",
+            frozenset({"TaskFailed"}),
+            "a long-running task failed and is restarted (never blocks: dropped when a queue is full)",
+        ),
+        Publisher(
             "stages",
             ALL,
             "stage plugins publish their own facts through their pod context (ImagePulled, SandboxStarted, ...)",
@@ -134,8 +141,12 @@ class Inbox:
     async def __aenter__(self) -> Inbox:
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._stream.close()
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        # A subscriber that failed is restarted by the supervisor on this same stream: closing
+        # it would drop what is queued and make every later publish to it vanish. It is closed
+        # when the subscriber ends or is cancelled (the agent stopping).
+        if exc_type is None or not issubclass(exc_type, Exception):
+            self._stream.close()
 
     def __aiter__(self) -> Inbox:
         return self
@@ -160,6 +171,21 @@ class Inbox:
 
     def statistics(self) -> MemoryObjectStreamStatistics:
         return self._stream.statistics()
+
+
+async def consume(inbox: Inbox, handle: Callable[[Event], Awaitable[None] | None],
+                  contain: Callable[[Exception], None]) -> None:
+    """Hand every fact of ``inbox`` to ``handle``; a fact it fails on is given to ``contain``
+    (the supervisor's report) and the next one is handled: one bad fact must neither stop the
+    subscriber nor, with its queue filling up, every publisher behind it."""
+    async with inbox:
+        async for event in inbox:
+            try:
+                outcome = handle(event)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception as exc:  # noqa: BLE001 - contained and reported
+                contain(exc)
 
 
 @dataclass
@@ -202,6 +228,22 @@ class Bus:
                         await outlet.send.send(event)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass  # the subscriber is gone (agent shutting down)
+
+    def offer(self, event: Event) -> int:
+        """Queue ``event`` where there is room, never waiting; returns how many subscribers
+        that wanted it did not get it (their queue was full). For facts about the agent's own
+        health, published from places that must not block (a failing subscriber among them)."""
+        kind = getattr(event, "kind")
+        missed = 0
+        for outlet in self._outlets.values():
+            if outlet.subscriber.wants(kind):
+                try:
+                    outlet.send.send_nowait(event)
+                except anyio.WouldBlock:
+                    missed += 1
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pass
+        return missed
 
     def depth(self) -> dict[str, int]:
         """Queued events per subscriber (metric nodeagent_bus_queue_depth)."""

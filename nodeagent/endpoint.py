@@ -48,10 +48,28 @@ class Routes:
 
 
 _REASONS = {200: "OK", 404: "Not Found", 400: "Bad Request", 500: "Internal Server Error"}
+ENDPOINT_TASK = "endpoint"
 
 
-async def serve(routes: Routes, host: str, port: int,
+def _answer(routes: Routes, target: str, contain: Callable[[str, Exception], None] | None) -> tuple[int, str, str]:
+    try:
+        path = urlsplit(target).path
+    except ValueError:  # e.g. an unbalanced "[" in the authority
+        return 400, "text/plain", "malformed request target\n"
+    try:
+        return routes.handle(path)
+    except Exception as exc:  # noqa: BLE001 - one request must not end the endpoint
+        if contain is not None:
+            contain(ENDPOINT_TASK, exc)
+        else:
+            log.exception("local endpoint request failed", path=path)
+        return 500, "text/plain", f"internal error: {type(exc).__name__}\n"
+
+
+async def serve(routes: Routes, host: str, port: int, contain: Callable[[str, Exception], None] | None = None,
                 *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+    """Serve until cancelled. A request that makes a handler fail gets a 500 and is reported
+    through ``contain``; it never ends the listener."""
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
     bound = listener.extra(anyio.abc.SocketAttribute.local_port)
     log.info("local endpoint listening", url=f"http://{host}:{bound}")
@@ -69,8 +87,8 @@ async def serve(routes: Routes, host: str, port: int,
                 if len(request_line) < 2 or request_line[0] != "GET":
                     status, ctype, body = 400, "text/plain", "only GET is served\n"
                 else:
-                    status, ctype, body = routes.handle(urlsplit(request_line[1]).path)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, TimeoutError):
+                    status, ctype, body = _answer(routes, request_line[1], contain)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, TimeoutError):
                 return
             payload = body.encode()
             head = (f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {ctype}\r\n"

@@ -223,6 +223,20 @@ class RuntimeAvailable(Event):
     runtime: str
 
 
+class TaskFailed(Event):
+    """A long-running task of the agent (a source, the relister, a sink, a server, a plugin's
+    node task, a pod worker) raised; the supervisor restarts it after ``restart_in_seconds``.
+    ``task`` is its name (the metric label of nodeagent_task_failures_total)."""
+
+    kind: Literal["TaskFailed"] = "TaskFailed"
+    task: str
+    error: str
+    failures: int
+    """How many times this task has failed since the agent started."""
+    restart_in_seconds: float | None = None
+    """None: the failure was contained without a restart (one request, one event)."""
+
+
 class OrphanFound(Event):
     """The runtime runs a pod that no source wants; it is being terminated."""
 
@@ -254,6 +268,7 @@ AnyEvent = Annotated[
         PodForgotten,
         RuntimeUnavailable,
         RuntimeAvailable,
+        TaskFailed,
         OrphanFound,
     ],
     Field(discriminator="kind"),

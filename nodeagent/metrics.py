@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nodeagent.bus import Inbox
+from nodeagent.events import Event
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -58,10 +58,8 @@ class Metrics:
         """Series rendered by others in the text format (stages' ``render_metrics``, e.g. the gang
         stage's nodeagent_gang_*), appended as they are."""
 
-    async def run(self, inbox: Inbox) -> None:
-        async with inbox:
-            async for event in inbox:
-                self.counters[getattr(event, "kind")] += 1
+    def count(self, event: Event) -> None:
+        self.counters[getattr(event, "kind")] += 1
 
     def render(self) -> str:
         lines: list[str] = []

@@ -11,10 +11,11 @@ from __future__ import annotations
 import calendar
 import copy
 import json
+import math
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 import anyio
 
 from nodeagent import quantity
+from nodeagent.backoff import Backoff
 from nodeagent.events import PodRef
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
@@ -151,12 +153,21 @@ class PodReporter:
         self._writer._update(self._uid, lambda r: r.conditions.__setitem__(type, condition))
 
 
+SINK_TASK = "status-sink"
+"""The supervisor's name for a failed status write (nodeagent_task_failures_total{task})."""
+
+
 class StatusWriter:
-    def __init__(self, sinks: Sequence[StatusSink], host_ip: str) -> None:
+    def __init__(self, sinks: Sequence[StatusSink], host_ip: str,
+                 contain: Callable[[str, Exception], None] | None = None) -> None:
         self._sinks = list(sinks)
         self._host_ip = host_ip
         self._pods: dict[str, _PodRecord] = {}
         self._wake = anyio.Event()
+        self._contain = contain or (lambda task, exc: None)
+        self._retry = Backoff(initial=1.0, maximum=30.0)
+        self._failing: set[str] = set()
+        """Pods whose last write failed in some sink: written again after a back-off."""
 
     # --- inputs -----------------------------------------------------------------------
 
@@ -206,9 +217,13 @@ class StatusWriter:
 
     async def forget(self, uid: str) -> None:
         rec = self._pods.pop(uid, None)
+        self._failing.discard(uid)
         if rec is not None:
             for sink in self._sinks:
-                await sink.forget(rec.ref)
+                try:
+                    await sink.forget(rec.ref)
+                except Exception as exc:  # noqa: BLE001 - a sink failing must not stop the worker
+                    self._contain(SINK_TASK, exc)
 
     # --- outputs ----------------------------------------------------------------------
 
@@ -224,24 +239,41 @@ class StatusWriter:
         return {uid: (r.ref, r.pod, self.get(uid), r.state) for uid, r in self._pods.items()}
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Flush changed statuses to the sinks; coalesces bursts of reports."""
+        """Flush changed statuses to the sinks; coalesces bursts of reports. Writes that failed
+        (a full disk, a sink's error) are tried again after a back-off, 1 s doubling to 30 s."""
         task_status.started()
         while True:
-            await self._wake.wait()
+            with anyio.move_on_after(self._retry.upcoming if self._failing else math.inf):
+                await self._wake.wait()
             self._wake = anyio.Event()
             await anyio.sleep(0.05)
+            failing = bool(self._failing)
             await self.flush()
+            if not self._failing:
+                self._retry.reset()
+            elif failing:
+                self._retry.next()
 
     async def flush(self) -> None:
         for rec in list(self._pods.values()):
-            if not rec.dirty:
+            if not rec.dirty and rec.ref.uid not in self._failing:
                 continue
-            rec.computed = compute(rec)
+            try:
+                rec.computed = compute(rec)
+            except Exception as exc:  # noqa: BLE001 - a status bug for one pod: the others go on
+                self._contain(SINK_TASK, exc)
+                continue
             rec.dirty = False
-            if rec.computed != rec.published:
-                rec.published = rec.computed
-                for sink in self._sinks:
+            if rec.computed == rec.published and rec.ref.uid not in self._failing:
+                continue
+            rec.published = rec.computed
+            self._failing.discard(rec.ref.uid)
+            for sink in self._sinks:
+                try:
                     await sink.write(rec.ref, rec.computed)
+                except Exception as exc:  # noqa: BLE001 - reported, retried; the writer goes on
+                    self._contain(SINK_TASK, exc)
+                    self._failing.add(rec.ref.uid)
 
 
 _PENDING_STATES = {PodState.OBSERVED, PodState.ADMITTED, PodState.PREPARING, PodState.WAITING, PodState.STARTING}

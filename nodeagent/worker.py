@@ -200,6 +200,11 @@ class PodWorker:
         self.wake.set()
         self.permit_wake.set()
 
+    @property
+    def pending(self) -> Pod | None:
+        """The newest spec not yet taken up (a worker replacing this one starts from it)."""
+        return self._pending
+
     # --- the worker's life -------------------------------------------------------------
 
     @property

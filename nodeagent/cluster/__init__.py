@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from anyio.abc import TaskGroup
-
 from cri import RuntimeClient
 from nodeagent.bus import Bus
 from nodeagent.clock import Clock
@@ -34,6 +32,7 @@ from nodeagent.cluster.statussink import ApiStatusSink
 from nodeagent.config import AgentConfig
 from nodeagent.pleg import Relister
 from nodeagent.stages import NodeInfo
+from nodeagent.supervisor import Supervisor
 
 EVENT_QPS = 50.0  # the kubelet's eventRecordQPS
 EVENT_BURST = 100  # eventBurst
@@ -61,19 +60,18 @@ class ClusterMode:
         self.status_sink = ApiStatusSink(api, self.source, self.mirrors, self.limiter,
                                          is_stopped=lambda uid: not relister.pod(uid).running(), clock=clock)
 
-    async def start(self, tg: TaskGroup) -> None:
+    async def start(self, sup: Supervisor) -> None:
         """The node-level tasks; none waits for the API server (each retries on its own)."""
-        await tg.start(self.events.run, self._bus.stream("kubeevents"), name="cluster:events")
-        await tg.start(self.mirrors.run, self._bus.stream("mirrors"), name="cluster:mirrors")
-        await tg.start(self.node.run, name="cluster:node")
-        await tg.start(self.lease.run, name="cluster:lease")
-        await tg.start(self.status_sink.run, name="cluster:status")
+        await sup.start(self.events.run, self._bus.stream("kubeevents"), name="cluster:events")
+        await sup.start(self.mirrors.run, self._bus.stream("mirrors"), name="cluster:mirrors")
+        await sup.start(self.node.run, name="cluster:node")
+        await sup.start(self.lease.run, name="cluster:lease")
+        await sup.start(self.status_sink.run, name="cluster:status")
 
-    async def start_source(self, tg: TaskGroup) -> set[str]:
+    async def start_source(self, sup: Supervisor) -> None:
         """The API pod source; returns once its first listing was published (the pods the
         runtime replay must keep). Waits for the API server if it is away."""
-        await tg.start(self.source.run, name="source:api")
-        return self.source.wanted()
+        await sup.start(self.source.run, name="source:api")
 
     def replayed(self) -> None:
         """The agent has replayed the runtime: every static pod has been seen."""

@@ -39,6 +39,8 @@ QUEUE_MAX = 1000
 AGGREGATE_MAX = 4096
 ATTEMPTS = 3
 RETRY_SECONDS = 1.0
+TASK_FAILED = "NodeAgentTaskFailed"
+"""Reason of the Node Event for a supervised task that failed (nodeagent.supervisor)."""
 NORMAL, WARNING = "Normal", "Warning"
 
 # PodWaiting reasons (a setup phase will be retried) and the Event the kubelet sends for each.
@@ -128,6 +130,14 @@ class KubeEvents:
         """Turn one fact into zero or more Events."""
         kind = getattr(event, "kind", "")
         uid = event.pod.uid
+        if isinstance(event, ev.TaskFailed):
+            # Not the kubelet's (its failures end the process); an operator watching the Node's
+            # Events sees that part of the agent is restarting, and why.
+            restart = (f"; restarting in {event.restart_in_seconds:.0f}s" if event.restart_in_seconds is not None
+                       else "")
+            self.record_node("Warning", TASK_FAILED, f"{event.task} failed ({event.failures} times): "
+                             f"{event.error}{restart}")
+            return
         if isinstance(event, ev.PodSpecObserved):
             self._track(event)
             return

@@ -112,6 +112,8 @@ class ApiPodSource:
         self.resource_version: str | None = None
         self.connected = False
         """False from a failed list or watch until the next listing or watch event (for tests)."""
+        self.listed = False
+        """The first listing has been published (the runtime replay may trust wanted())."""
 
     # --- reading ------------------------------------------------------------------------
 
@@ -127,6 +129,7 @@ class ApiPodSource:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """List (retrying until the API answers), publish, report started, then watch."""
         await self._list_until_done()
+        self.listed = True
         task_status.started()
         delay = BACKOFF_INITIAL_SECONDS
         while True:

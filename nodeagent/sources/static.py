@@ -143,6 +143,9 @@ class StaticPodSource:
     _files: dict[Path, _FileState] = field(default_factory=dict)
     _wanted: dict[str, dict[str, Any]] = field(default_factory=dict)
     _list_failing: bool = False  # the directory could not be listed last time (reported once)
+    listed: bool = False
+    """A scan of the directory succeeded and was published (the runtime replay may trust
+    wanted(); an unreadable directory at start must not make its pods orphans)."""
 
     def wanted(self) -> set[str]:
         return set(self._wanted)
@@ -188,6 +191,7 @@ class StaticPodSource:
             await self._load(path, signature, state)
         if changed:
             await self._reconcile()
+        self.listed = True
 
     def _list(self) -> dict[Path, tuple[int, int, int]]:
         out: dict[Path, tuple[int, int, int]] = {}

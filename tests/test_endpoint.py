@@ -110,3 +110,38 @@ def test_the_image_verification_allowlist_is_validated_at_load(tmp_path: Path) -
                                               "preloadedImagesVerificationAllowlist: [registry.example.com/*/x]\n")
     assert ("preloadedImagesVerificationAllowlist: Value error, not a valid wildcard pattern, only patterns "
             "ending with '/*' are allowed: registry.example.com/*/x") in stderr
+
+
+async def test_malformed_or_failing_requests_never_end_the_local_endpoint() -> None:
+    """A request target urllib cannot split, a handler that raises, a request cut short: each
+    gets its answer (or a closed connection); the endpoint keeps serving."""
+    from nodeagent.endpoint import Routes, serve
+
+    contained: list[str] = []
+
+    def broken_trace(key: str) -> list[dict[str, Any]]:
+        raise RuntimeError("trace bug")
+
+    routes = Routes(healthz=lambda: (True, "ok\n"), metrics=lambda: "", pods=lambda: [], trace=broken_trace,
+                    plugins=lambda: {})
+
+    async def raw(port: int, data: bytes) -> bytes:
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(data)
+            chunks = b""
+            with anyio.move_on_after(5):
+                try:
+                    while True:
+                        chunks += await stream.receive()
+                except anyio.EndOfStream:
+                    pass
+            return chunks
+
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve, routes, "127.0.0.1", 0, lambda task, exc: contained.append(task))
+        assert (await raw(port, b"GET http://[ HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 400 ")
+        assert (await raw(port, b"GET /trace/x HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 500 ")
+        assert contained == ["endpoint"]
+        assert (await raw(port, b"\xff\xfe\x00 garbage\r\n\r\n")).startswith(b"HTTP/1.1 400 ")
+        assert (await raw(port, b"GET /healthz HTTP/1.1\r\n\r\n")).endswith(b"ok\n")
+        tg.cancel_scope.cancel()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
 import pytest
 
 from nodeagent.events import PodRef
@@ -104,3 +105,72 @@ async def test_a_rejected_pod_keeps_its_rejection_status_when_it_is_then_deleted
     writer.set_state("u1", PodState.TERMINATED)
     await writer.flush()
     assert {k: sink.writes[-1][k] for k in ("phase", "reason", "message")} == rejected
+
+
+class FailingSink(RecordingSink):
+    """A sink whose writes fail while ``failing`` (a full disk, an unwritable name)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = True
+        self.attempts = 0
+
+    async def write(self, ref: PodRef, status: Mapping[str, Any]) -> None:
+        self.attempts += 1
+        if self.failing:
+            raise OSError(28, "No space left on device")
+        await super().write(ref, status)
+
+    async def forget(self, ref: PodRef) -> None:
+        if self.failing:
+            raise OSError(28, "No space left on device")
+
+
+async def test_a_failing_sink_is_contained_retried_and_catches_up() -> None:
+    """One sink failing (ENOSPC) neither stops the writer nor keeps the other sinks behind;
+    the failed pod is written again after a back-off, with its newest status, once it works."""
+    good, bad = RecordingSink(), FailingSink()
+    contained: list[tuple[str, Exception]] = []
+    writer = StatusWriter([bad, good], host_ip="10.0.0.1", contain=lambda task, exc: contained.append((task, exc)))
+    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.set_state("u1", PodState.ADMITTED)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        with anyio.fail_after(5):
+            while not (good.writes and contained):
+                await anyio.sleep(0.01)
+        assert contained[0][0] == "status-sink" and "No space left" in str(contained[0][1])
+        writer.set_state("u1", PodState.RUNNING)  # a change while the sink fails
+        with anyio.fail_after(10):
+            while bad.attempts < 3:
+                await anyio.sleep(0.05)
+        bad.failing = False
+        with anyio.fail_after(40):
+            while not bad.writes:
+                await anyio.sleep(0.05)
+        assert bad.writes[-1] == good.writes[-1], "the recovered sink gets the newest status"
+        attempts = bad.attempts
+        await anyio.sleep(1.5)
+        assert bad.attempts == attempts, "written once it worked: no more retries"
+        bad.failing = True
+        await writer.forget("u1")  # a failing forget is contained too
+        assert len(contained) > 3
+        tg.cancel_scope.cancel()
+
+
+async def test_a_status_that_cannot_be_computed_is_contained() -> None:
+    sink = RecordingSink()
+    contained: list[str] = []
+    writer = StatusWriter([sink], host_ip="10.0.0.1", contain=lambda task, exc: contained.append(task))
+    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    other = Pod.model_validate({"metadata": {"name": "q", "namespace": "ns", "uid": "u2"},
+                                "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.track(PodRef(uid="u2", namespace="ns", name="q"), other)
+    writer.reporter("u1").set_observed({"containerStatuses": "not a list"})  # what a buggy stage might say
+    await writer.flush()
+    assert contained == ["status-sink"]
+    assert len(sink.writes) == 1, "the other pod's status is written"

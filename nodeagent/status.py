@@ -12,8 +12,6 @@ import calendar
 import copy
 import json
 import math
-import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +25,7 @@ from nodeagent.backoff import Backoff
 from nodeagent.events import PodRef
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
+from nodeagent.statefile import write_atomic
 
 
 def rfc3339(ts: float) -> str:
@@ -52,12 +51,13 @@ class StatusSink(Protocol):
 
 
 class FileSink:
-    """Standalone mode: one JSON file per pod under ``<rootDir>/pod-status`` (written atomically),
-    so status survives the agent and can be read by tools."""
+    """Standalone mode: one JSON file per pod under ``<rootDir>/pod-status``, so status survives
+    the agent and can be read by tools. Written as state files (nodeagent.statefile: atomic,
+    durable, 0600) in a worker thread, since the fsync must not hold the event loop."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o750, parents=True, exist_ok=True)
 
     def path(self, ref: PodRef) -> Path:
         return self.directory / f"{ref.namespace}_{ref.name}_{ref.uid}.json"
@@ -66,18 +66,10 @@ class FileSink:
         # One line (``jq .`` shows it indented): with ``indent`` json falls back from its C
         # encoder to the pure-Python one, ~5x the CPU, paid on every status change of every pod.
         data = json.dumps({"pod": ref.model_dump(), "status": status}, sort_keys=True, separators=(",", ":"))
-        # A few KiB into the page cache: faster inline than through a worker thread.
-        _atomic_write(self.path(ref), data)
+        await anyio.to_thread.run_sync(write_atomic, self.path(ref), data)
 
     async def forget(self, ref: PodRef) -> None:
         self.path(ref).unlink(missing_ok=True)
-
-
-def _atomic_write(path: Path, data: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 @dataclass

@@ -55,6 +55,7 @@ from plugins.dra.events import (
 )
 from plugins.dra.registration import Drivers, PluginWatcher
 from plugins.dra.slices import WIPE_DELAY_SECONDS, SliceWiper
+from nodeagent.statefile import quarantine
 from plugins.dra.state import CheckpointError, ClaimCache, ClaimEntry
 
 log = structlog.get_logger("nodeagent.dra")
@@ -144,10 +145,9 @@ class DraStage(Prepare):
         except CheckpointError as exc:
             # The kubelet refuses to start on a corrupted checkpoint; a node agent that cannot
             # start helps nobody. Keep the file for a human, say so loudly, start empty.
-            aside = self.cache.path.with_name(self.cache.path.name + ".corrupt")
-            self.cache.path.replace(aside)
-            log.error("DRA checkpoint discarded; claims prepared before may leak", error=str(exc), kept=str(aside))
-            await self._handle.publish(DraCheckpointDiscarded(source="dra", path=str(aside), message=str(exc)))
+            aside = quarantine(self.cache.path, "DRA checkpoint (claims prepared before may leak)", str(exc))
+            await self._handle.publish(DraCheckpointDiscarded(source="dra", path=str(aside or self.cache.path),
+                                                              message=str(exc)))
 
     async def _reconcile_loop(self) -> None:
         while True:

@@ -13,13 +13,12 @@ pod uses instead of preparing it a second time.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodeagent.statefile import write_atomic
 from plugins.dra.api import Claim, Device
 
 KIND = "DRACheckpoint"
@@ -96,22 +95,8 @@ class ClaimCache:
                            "Entries": [_state(e) for e in sorted(self.entries.values(), key=lambda e: e.uid)]},
                           separators=(",", ":"))
         text = json.dumps({"Data": data, "Checksum": zlib.crc32(data.encode())})
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # the rename itself survives a power cut
-        finally:
-            os.close(dir_fd)
+        self.path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+        write_atomic(self.path, text)
 
 
 def _state(e: ClaimEntry) -> dict[str, Any]:

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ from typing import Any
 import structlog
 
 from nodeagent.imagenames import allowlist_pattern, without_tag_or_digest
+from nodeagent.statefile import StateFileError, read_or_quarantine, write_atomic
 from plugins.runtime.keyring import Credential
 
 log = structlog.get_logger("nodeagent.runtime.pullrecords")
@@ -150,20 +149,18 @@ def _name(key: str) -> str:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        # A damaged record is as good as none: the image is verified (pulled) again.
-        log.warning("image pull record unreadable; ignoring it", path=str(path), error=str(exc))
-        return None
-    return data if isinstance(data, dict) else None
+    # A damaged record is as good as none (the image is verified, pulled, again); it is moved
+    # aside for a human rather than overwritten.
+    return read_or_quarantine(path, _parse_record, what="image pull record")
+
+
+def _parse_record(raw: bytes) -> dict[str, Any]:
+    data = json.loads(raw)
+    if not isinstance(data, dict) or not isinstance(data.get("credentialMapping", {}), dict):
+        raise StateFileError("not an image pull record")
+    return data
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, sort_keys=True)
-    os.replace(tmp, path)
+    path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(data, sort_keys=True))

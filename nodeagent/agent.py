@@ -39,6 +39,7 @@ from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline, load
 from nodeagent.sources.static import StaticPodSource
 from nodeagent.stages import NodeInfo
+from nodeagent.statefile import ensure_private_dir
 from nodeagent.status import FileSink, StatusSink, StatusWriter
 from nodeagent.supervisor import Supervisor
 from nodeagent.trace import Trace
@@ -171,7 +172,9 @@ class Agent:
     async def _run(self, *, task_status: anyio.abc.TaskStatus[Agent]) -> None:
         self.pipeline = self.load_pipeline()
         log.info("stage order resolved", **{k: ",".join(v) or "-" for k, v in self.pipeline.as_dict().items()})
-        self.config.root_dir.mkdir(parents=True, exist_ok=True)
+        # Pod directories hold secrets and tokens: no other user of the host may reach them.
+        ensure_private_dir(self.config.root_dir)
+        ensure_private_dir(self.config.root_dir / "pods")
         try:
             async with anyio.create_task_group() as tg:
                 sup = self.supervisor = Supervisor(tg, offer=self.bus.offer, clock=self.clock)

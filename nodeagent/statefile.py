@@ -12,6 +12,7 @@ agent's business).
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -57,6 +58,17 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int = 0o600, durable: b
         sync_directory(path.parent)
 
 
+def ensure_private_dir(path: Path, mode: int = 0o750) -> None:
+    """``path`` exists as a directory no other user can read (the kubelet's 0750 for its root
+    and pod directories): made with ``mode``; an existing one with wider permissions (made
+    by an older version, or by hand) is narrowed to them, and that is logged."""
+    path.mkdir(mode=mode, parents=True, exist_ok=True)
+    current = stat.S_IMODE(path.stat().st_mode)
+    if current & ~mode:
+        os.chmod(path, current & mode)
+        log.warning("directory permissions narrowed", path=str(path), was=oct(current), now=oct(current & mode))
+
+
 def sync_directory(directory: Path) -> None:
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -100,4 +112,4 @@ def quarantine(path: Path, what: str, why: str) -> Path | None:
     return aside
 
 
-__all__ = ["StateFileError", "quarantine", "read_or_quarantine", "sync_directory", "write_atomic"]
+__all__ = ["StateFileError", "ensure_private_dir", "quarantine", "read_or_quarantine", "sync_directory", "write_atomic"]

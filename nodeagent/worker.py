@@ -299,7 +299,7 @@ class PodWorker:
 
     async def _setup(self) -> Result:
         self._to(Trigger.PREPARE)
-        self.pod_dir.mkdir(parents=True, exist_ok=True)
+        self.pod_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
         result = await self._phase_with_retry(Phase.PREPARE)
         if result.verdict is Verdict.REJECT:
             return result

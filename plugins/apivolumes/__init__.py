@@ -255,7 +255,8 @@ class ApiVolumesStage(Prepare, Observe):
         if in_memory(volume) and not is_mount_point(path):
             size = sources.tmpfs_size(EmptyDirVolumeSource(medium="Memory"), ctx.pod,
                                       ctx.node.allocatable.get("memory", 0))
-            await mount_tmpfs(path, size)
+            # Not the tmpfs default 1777: nobody but the agent writes into a secret volume.
+            await mount_tmpfs(path, size, mode=0o755)
         # fsGroup: the writer gives each new payload to the group before it becomes visible.
         if await anyio.to_thread.run_sync(sources.write_atomically, path, payload, fs_group_of(ctx.pod)):
             ctx.log.debug("volume written", volume=volume.name, files=sorted(payload))

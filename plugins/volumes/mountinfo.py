@@ -53,12 +53,13 @@ class MountError(RuntimeError):
     pass
 
 
-async def mount_tmpfs(path: Path, size: int | None) -> None:
-    """``mount -t tmpfs [-o size=N] tmpfs PATH`` (setupTmpfs): without a size the kernel's
-    default of half the memory applies."""
+async def mount_tmpfs(path: Path, size: int | None, mode: int | None = None) -> None:
+    """``mount -t tmpfs [-o size=N,mode=M] tmpfs PATH`` (setupTmpfs): without a size the
+    kernel's default of half the memory applies; without a mode the root is 1777."""
     command = ["mount", "-t", "tmpfs"]
-    if size:
-        command += ["-o", f"size={size}"]
+    options = ([f"size={size}"] if size else []) + ([f"mode={mode:o}"] if mode is not None else [])
+    if options:
+        command += ["-o", ",".join(options)]
     command += ["tmpfs", str(path)]
     result = await anyio.run_process(command, check=False)
     if result.returncode != 0:

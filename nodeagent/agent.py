@@ -227,6 +227,7 @@ class Agent:
                 self.ready.set()
                 task_status.started(self)
         finally:
+            self.bus.close()
             self.trace.close()
 
     def _subscribe(self, sup: Supervisor, name: str, handle: Callable[[ev.Event], Awaitable[None] | None]) -> None:

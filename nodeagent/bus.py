@@ -141,12 +141,11 @@ class Inbox:
     async def __aenter__(self) -> Inbox:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
-        # A subscriber that failed is restarted by the supervisor on this same stream: closing
-        # it would drop what is queued and make every later publish to it vanish. It is closed
-        # when the subscriber ends or is cancelled (the agent stopping).
-        if exc_type is None or not issubclass(exc_type, Exception):
-            self._stream.close()
+    async def __aexit__(self, *exc_info: object) -> None:
+        # The stream is the bus's, not the subscriber's: a subscriber that failed or was
+        # cancelled (the supervisor restarting it, or its task group) is started again on this
+        # same stream, with what was queued for it meanwhile. Bus.close() ends every inbox.
+        return None
 
     def __aiter__(self) -> Inbox:
         return self

@@ -26,7 +26,7 @@ from nodeagent.backoff import Backoff
 from nodeagent.bus import TOPOLOGY, Bus, consume
 from nodeagent.clock import ManualClock
 from nodeagent.supervisor import STABLE_SECONDS, Supervisor
-from tests.agent_helpers import pod_manifest, running_agent, wait_for
+from tests.agent_helpers import BUSYBOX_IMAGE, pod_manifest, running_agent, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -382,3 +382,65 @@ async def test_every_supervised_task_of_a_standalone_agent_survives_an_injected_
         for name in ("pleg", "status", "endpoint", "stage:dra", "source:file", "pod-worker", "trace", "eventlog",
                      "metrics", "dispatcher"):
             assert f'nodeagent_task_failures_total{{task="{name}"}} 1' in metrics, name
+
+
+@pytest.mark.containerd
+async def test_every_supervised_cluster_task_survives_an_injected_failure(
+        control_plane: Any, containerd: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodeagent.agent import Agent
+    from tests.test_cluster_node import cluster_config, get_json, kubectl, ready_cluster_node
+
+    names = ("cluster:events", "cluster:mirrors", "cluster:node", "cluster:lease", "cluster:status", "source:api")
+    crashers: dict[str, Crasher] = {}
+    original_init = Agent.__init__
+
+    def init_with_crashers(self: Agent, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        cluster = self.cluster
+        assert cluster is not None
+        for name, owner in zip(names, (cluster.events, cluster.mirrors, cluster.node, cluster.lease,
+                                       cluster.status_sink, cluster.source)):
+            crashers[name] = owner.run = Crasher(name, owner.run)  # type: ignore[method-assign]
+
+    monkeypatch.setattr(Agent, "__init__", init_with_crashers)
+    # An unchanged node status is written every 2 s, so the restarted node task is seen writing.
+    config = await cluster_config(control_plane, containerd, tmp_path, node_status_report_frequency=2.0)
+    async with ready_cluster_node(control_plane, containerd, config) as env:
+        sup, cluster = env.agent.supervisor, env.agent.cluster
+        assert sup is not None and cluster is not None
+        env.write("static.yaml", pod_manifest("static"))
+        steady = await env.wait_seen_running("static")
+        for name in names:
+            crasher = crashers[name]
+            crasher.trigger.set()
+            await wait_for(lambda: anyio.to_thread.run_sync(lambda: crasher.runs == 2), 20, f"{name} restarted")
+            assert sup.failures.get(name) == 1, sup.failures
+
+        # Each works again: the Lease is renewed, the Node written and Ready, an API pod runs and
+        # its status reaches the API, a new static pod gets its mirror, the failures are Events.
+        renewals, writes = cluster.lease.renewals, cluster.node.writes
+        await wait_for(lambda: anyio.to_thread.run_sync(lambda: cluster.lease.renewals > renewals), 20, "lease renewed")
+        await wait_for(lambda: anyio.to_thread.run_sync(lambda: cluster.node.writes > writes), 30, "node status written")
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "after", "namespace": "default"},
+               "spec": {"nodeName": env.node, "terminationGracePeriodSeconds": 1,
+                        "containers": [{"name": "main", "image": BUSYBOX_IMAGE, "command": ["sleep", "3600"]}]}}
+        await kubectl(control_plane, "create", "-f", "-", input=json.dumps(pod))
+
+        async def api_pod_running() -> bool:
+            obj = await get_json(control_plane, "pod", "after")
+            return bool(obj) and obj.get("status", {}).get("phase") == "Running"
+
+        await wait_for(api_pod_running, 60, "the API pod Running in the API after the restarts")
+        env.write("static2.yaml", pod_manifest("static2"))
+        await wait_for(lambda: get_json(control_plane, "pod", f"static2-{env.node}"), 60, "the new static pod's mirror")
+
+        async def failure_events() -> list[str]:
+            listed = await get_json(control_plane, "events", "--field-selector",
+                                    f"involvedObject.kind=Node,involvedObject.name={env.node},reason=NodeAgentTaskFailed")
+            return [e["message"] for e in (listed or {}).get("items", [])]
+
+        messages = await wait_for(failure_events, 30, "NodeAgentTaskFailed Events on the Node")
+        assert any(m.startswith("cluster:lease failed (1 times): Injected: injected into cluster:lease") for m in
+                   await failure_events()), messages
+        assert [c.id for c in await env.running_containers("static")] == [steady.id]
+        await kubectl(control_plane, "delete", "pod", "after", "--wait=false")

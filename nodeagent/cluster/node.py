@@ -179,6 +179,7 @@ class NodeStatus:
         self._transitions: dict[str, tuple[str, str]] = {}
         """Condition type → (status, lastTransitionTime)."""
         self.writes = 0
+        self._announced = False
 
     @property
     def name(self) -> str:
@@ -189,7 +190,8 @@ class NodeStatus:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Reports started at once: the node's pods do not wait for its registration."""
         task_status.started()
-        if self._record_event is not None:
+        if self._record_event is not None and not self._announced:
+            self._announced = True  # once per agent, not again when the supervisor restarts this task
             self._record_event("Normal", "Starting", "Starting kubelet.")
         delay = RETRY_INITIAL_SECONDS
         while True:

@@ -17,18 +17,17 @@ from typing import Any, Literal
 import anyio
 import structlog
 
-from cri import CriError, RuntimeClient
+from cri import RuntimeClient
 from nodeagent import events as ev
 from nodeagent.admission import AdmissionCycle
 from nodeagent.clock import Clock
-from nodeagent.errors import Permanent, Retryable
 from nodeagent.lifecycle import Lifecycle, PodState, Trigger
 from nodeagent.model import Pod, unhonoured_fields
+from nodeagent.pipeline import Answer, PhaseRunner, RetryBudget
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline
 from nodeagent.runtimeview import PodRuntime
 from nodeagent.stages import (
-    PHASE_SPECS,
     Cleanup,
     NodeInfo,
     Observe,
@@ -80,6 +79,11 @@ class Services:
     the median start latency of 110 pods (benchmarks/RESULTS.md) without slowing the last."""
     observe_stage_time: Callable[[str, str, float], None] = lambda stage, phase, seconds: None
     observe_pod_start: Callable[[float], None] = lambda seconds: None
+    runner: PhaseRunner = field(init=False)
+    """Calls the stages of every phase (nodeagent.pipeline), the admission cycle's too."""
+
+    def __post_init__(self) -> None:
+        self.runner = PhaseRunner(self.pipeline)
 
 
 class StageContext:
@@ -160,6 +164,8 @@ class PodWorker:
         self.services = services
         self.cause = cause
         self.stash = Stash()
+        self.budget = RetryBudget()
+        """Unexpected stage failures so far: a stage that keeps failing fails the pod."""
         self.lifecycle = Lifecycle()
         self.predecessor = predecessor
         self.observed_at = time.monotonic()
@@ -281,7 +287,7 @@ class PodWorker:
         return result
 
     async def _admit(self) -> Result:
-        result, stage = await self.services.admission.admit(self.pod, self._stage_answered)
+        result, stage = await self.services.admission.admit(self.pod, self._answered)
         if result.verdict is Verdict.REJECT:
             self.services.status.reporter(self.ref.uid).set_pod_reason(result.reason, result.message)
             self._to(Trigger.REJECT)
@@ -292,10 +298,18 @@ class PodWorker:
         await self._emit(ev.PodAdmitted())
         return result
 
-    async def _stage_answered(self, stage: str, phase: Phase, result: Result, seconds: float) -> None:
-        self.services.observe_stage_time(stage, phase.value, seconds)
-        await self._emit(ev.StageCompleted(phase=phase.value, verdict=result.verdict.value, duration_seconds=seconds,
-                                           reason=result.reason, message=result.message), source=stage)
+    async def _answered(self, answer: Answer) -> None:
+        """Every stage's answer in every phase (from the phase runner): a metric and a fact."""
+        self.services.observe_stage_time(answer.stage, answer.phase.value, answer.seconds)
+        result = answer.result
+        if answer.error is not None:
+            await self._emit(ev.StageFailed(phase=answer.phase.value, error=str(answer.error),
+                                            retryable=result.verdict is Verdict.RETRY,
+                                            duration_seconds=answer.seconds), source=answer.stage)
+            return
+        await self._emit(ev.StageCompleted(phase=answer.phase.value, verdict=result.verdict.value,
+                                           duration_seconds=answer.seconds, reason=result.reason,
+                                           message=result.message), source=answer.stage)
 
     async def _setup(self) -> Result:
         self._to(Trigger.PREPARE)
@@ -341,43 +355,15 @@ class PodWorker:
             self.services.status.track(self.ref, self.pod)
 
     async def _run_phase(self, phase: Phase) -> Result:
-        """Run every stage of ``phase`` in order; the first answer other than CONTINUE/SKIP
-        decides. Exceptions become verdicts here, once."""
+        """Every stage of ``phase`` through the phase runner (nodeagent.pipeline): the first
+        answer other than CONTINUE/SKIP decides; exceptions become verdicts there, once."""
+        def call(stage: Stage) -> Awaitable[Result | None]:
+            return getattr(stage, phase.value)(StageContext(self, stage.name))  # type: ignore[no-any-return]
+
         if phase in (Phase.PREPARE, Phase.START):
             async with self.services.setup_slots:
-                return await self._run_stages(phase)
-        return await self._run_stages(phase)
-
-    async def _run_stages(self, phase: Phase) -> Result:
-        for stage in self.services.pipeline[phase]:
-            ctx = StageContext(self, stage.name)
-            begin = time.monotonic()
-            try:
-                result = await getattr(stage, phase.value)(ctx)
-            except Retryable as exc:
-                result = await self._failed(stage, phase, exc, begin, Result.retry(exc.reason, str(exc)))
-            except Permanent as exc:
-                result = await self._failed(stage, phase, exc, begin, Result.reject(exc.reason, str(exc)))
-            except CriError as exc:
-                result = await self._failed(stage, phase, exc, begin, Result.retry(type(exc).__name__, str(exc)))
-            except Exception as exc:  # a stage bug: report it, keep the agent and other pods alive
-                ctx.log.exception("stage raised", phase=phase.value)
-                result = await self._failed(stage, phase, exc, begin, Result.retry("StageError", repr(exc)))
-            else:
-                if not isinstance(result, Result) or result.verdict not in PHASE_SPECS[phase].verdicts:
-                    result = Result.reject("InvalidStageVerdict",
-                                           f"stage {stage.name!r} answered {result!r} in phase {phase.value}")
-                await self._stage_answered(stage.name, phase, result, time.monotonic() - begin)
-            if result.verdict not in (Verdict.CONTINUE, Verdict.SKIP):
-                return result
-        return Result.ok()
-
-    async def _failed(self, stage: Stage, phase: Phase, exc: Exception, begin: float, result: Result) -> Result:
-        seconds = time.monotonic() - begin
-        self.services.observe_stage_time(stage.name, phase.value, seconds)
-        await self._emit(ev.StageFailed(phase=phase.value, error=str(exc), retryable=result.verdict is Verdict.RETRY,
-                                        duration_seconds=seconds), source=stage.name)
-        return result
+                return await self.services.runner.run(phase, call, budget=self.budget, report=self._answered)
+        return await self.services.runner.run(phase, call, budget=self.budget, report=self._answered)
 
     async def _observe(self) -> None:
         """Run the observe stages until the pod is killed or completes. On a kill, the stages
@@ -478,32 +464,22 @@ class PodWorker:
             await self._emit(ev.PodTerminated(phase=self.services.status.get(self.ref.uid).get("phase", "")))
 
     async def _undo(self, phase: Phase, grace: int = 0) -> None:
-        for stage in self.services.pipeline[phase]:
+        """An undo phase, every stage, each bounded: stop by the grace period plus the
+        runtime's own time to SIGKILL, the others by UNDO_TIMEOUT_SECONDS (a hung driver must
+        not hold a worker forever)."""
+        def call(stage: Stage) -> Awaitable[None]:
             ctx = StageContext(self, stage.name)
-            begin = time.monotonic()
-            try:
-                if phase is Phase.STOP:
-                    assert isinstance(stage, Start)
-                    # Bounded by the grace period plus the runtime's own time to SIGKILL.
-                    with anyio.move_on_after(grace + UNDO_TIMEOUT_SECONDS):
-                        await stage.stop(ctx, float(grace))
-                elif phase is Phase.UNPREPARE:
-                    assert isinstance(stage, Prepare)
-                    with anyio.move_on_after(UNDO_TIMEOUT_SECONDS):
-                        await stage.unprepare(ctx)
-                elif phase is Phase.CLEANUP:
-                    assert isinstance(stage, Cleanup)
-                    with anyio.move_on_after(UNDO_TIMEOUT_SECONDS):
-                        await stage.cleanup(ctx)
-            except Exception as exc:
-                ctx.log.exception("undo phase failed", phase=phase.value)
-                await self._emit(ev.StageFailed(phase=phase.value, error=str(exc), retryable=False,
-                                                duration_seconds=time.monotonic() - begin), source=stage.name)
-                continue
-            seconds = time.monotonic() - begin
-            self.services.observe_stage_time(stage.name, phase.value, seconds)
-            await self._emit(ev.StageCompleted(phase=phase.value, verdict=Verdict.CONTINUE.value,
-                                               duration_seconds=seconds), source=stage.name)
+            if phase is Phase.STOP:
+                assert isinstance(stage, Start)
+                return stage.stop(ctx, float(grace))
+            if phase is Phase.UNPREPARE:
+                assert isinstance(stage, Prepare)
+                return stage.unprepare(ctx)
+            assert isinstance(stage, Cleanup)
+            return stage.cleanup(ctx)
+
+        timeout = grace + UNDO_TIMEOUT_SECONDS if phase is Phase.STOP else UNDO_TIMEOUT_SECONDS
+        await self.services.runner.undo(phase, call, timeout=timeout, report=self._answered)
 
     async def _finish(self) -> None:
         if self.forget_requested:

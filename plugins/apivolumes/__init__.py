@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cri import types as t
 from nodeagent import events as ev
+from nodeagent import hostpaths
 from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, contribute
 from nodeagent.model import EmptyDirVolumeSource, Volume, unhonoured_fields
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
@@ -200,7 +201,7 @@ class ApiVolumesStage(Prepare, Observe):
         for volume in api_volumes(pod):
             plugin = plugin_dir(volume)
             assert plugin is not None
-            path = ctx.pod_dir / "volumes" / plugin / volume.name
+            path = hostpaths.volume_dir(ctx.pod_dir, plugin, volume.name)
             try:
                 payload = await volume_payload(volume, pod, reader, token, facts)
                 await self._write(ctx, volume, path, payload)
@@ -324,7 +325,7 @@ class ApiVolumesStage(Prepare, Observe):
     async def unprepare(self, ctx: PodContext) -> None:
         # Found on disk and in the mount table, not remembered: this may be a restarted agent.
         for plugin in (CONFIG_MAP, SECRET, PROJECTED):
-            directory = ctx.pod_dir / "volumes" / plugin
+            directory = ctx.pod_dir / hostpaths.VOLUMES / plugin
             for mount_point in mounts_under(directory):
                 await unmount(mount_point)
             left = mounts_under(directory)

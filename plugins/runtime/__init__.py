@@ -31,6 +31,7 @@ import structlog
 
 from cri import AlreadyExists, CriError, NotFound
 from cri import types as t
+from nodeagent import hostpaths
 from nodeagent import labels as L
 from nodeagent.events import SandboxRemoved, SandboxStarted
 from nodeagent.stages import (
@@ -226,7 +227,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         ctx.stash.pop(SANDBOX)
         self._ledger.release(ctx.ref.uid)
         await podcgroup.remove(ctx.pod)
-        logs = self._logs / f"{ctx.ref.namespace}_{ctx.ref.name}_{ctx.ref.uid}"
+        logs = hostpaths.pod_log_dir(self._logs, ctx.ref.namespace, ctx.ref.name, ctx.ref.uid)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(logs, ignore_errors=True))
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(ctx.pod_dir, ignore_errors=True))
 

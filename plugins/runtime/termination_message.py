@@ -15,6 +15,7 @@ import secrets
 from pathlib import Path
 
 from cri import types as t
+from nodeagent import hostpaths
 from nodeagent import labels as L
 
 MAX_MESSAGE_BYTES = 4096  # MaxContainerTerminationMessageLength
@@ -24,7 +25,7 @@ MAX_POD_MESSAGE_BYTES = 12 * 1024  # MaxPodTerminationMessageLogLength, split ac
 
 
 def create_message_file(pod_dir: Path, container: str) -> Path:
-    directory = pod_dir / "containers" / container
+    directory = hostpaths.container_dir(pod_dir, container)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / secrets.token_hex(4)
     path.touch()

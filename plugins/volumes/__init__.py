@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import anyio
 
 from cri import types as t
+from nodeagent import hostpaths
 from nodeagent.additions import CONTAINER_ADDITIONS, contribute
 from nodeagent.model import DownwardAPIVolumeSource, Volume
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
@@ -74,7 +75,7 @@ class VolumesStage(Prepare, Observe):
     async def _set_up(self, ctx: PodContext, volume: Volume, facts: PodFacts) -> PreparedVolume | None:
         pod = ctx.pod
         if volume.empty_dir is not None:
-            path = ctx.pod_dir / "volumes" / sources.EMPTY_DIR / volume.name
+            path = hostpaths.volume_dir(ctx.pod_dir, sources.EMPTY_DIR, volume.name)
             if volume.empty_dir.medium == "" and volume.empty_dir.size_limit is not None:
                 ctx.log.warning("emptyDir sizeLimit on the node's disk is not enforced", volume=volume.name)
             fresh = await sources.setup_empty_dir(path, volume.empty_dir, pod, ctx.node.allocatable.get("memory", 0))
@@ -96,7 +97,7 @@ class VolumesStage(Prepare, Observe):
     @staticmethod
     async def _write_downward(ctx: PodContext, volume: Volume, source: DownwardAPIVolumeSource,
                               facts: PodFacts) -> Path:
-        path = ctx.pod_dir / "volumes" / sources.DOWNWARD_API / volume.name
+        path = hostpaths.volume_dir(ctx.pod_dir, sources.DOWNWARD_API, volume.name)
         payload = sources.downward_payload(source, ctx.pod, facts)
         if await anyio.to_thread.run_sync(sources.write_atomically, path, payload, fs_group_of(ctx.pod)):
             ctx.log.debug("downwardAPI volume written", volume=volume.name, files=sorted(payload))
@@ -145,7 +146,7 @@ class VolumesStage(Prepare, Observe):
 
     async def unprepare(self, ctx: PodContext) -> None:
         # Found on disk and in the mount table, not remembered: this may be a restarted agent.
-        volumes_dir = ctx.pod_dir / "volumes"
+        volumes_dir = ctx.pod_dir / hostpaths.VOLUMES
         for mount_point in mounts_under(volumes_dir):
             await unmount(mount_point)
         left = mounts_under(volumes_dir)

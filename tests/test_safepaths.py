@@ -1,22 +1,179 @@
-"""Nothing a pod's data can do reaches a host path the pod was not given: pod names that would
-climb out of rootDir are refused, names that overflow a file name are hashed (against the real
-containerd), and below, the name rules without a runtime.
+"""Nothing a pod's data or a container can do reaches a host path the pod was not given.
+
+Each integration test performs the attack against the real containerd and checks what the
+kubelet does about it: a subPath component turned into a symlink between container starts
+(CVE-2017-1002101 / CVE-2021-25741), a hostPath swapped between its type check and its
+mount, pod names that would climb out of rootDir or overflow a file name. Below them, the
+pieces without a runtime: the safe walk, the binds, the name rules.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cri import types as t
 from nodeagent import hostpaths
+from nodeagent.additions import VolumeBind
 from nodeagent.model import Pod
-from tests.agent_helpers import running_agent, wait_for
-from tests.test_pod_spec import container, pod
+from nodeagent.mounttable import is_mount_point, mounts_under
+from nodeagent.volumebind import (
+    EscapeError,
+    HostPathTypeError,
+    VolumeBindError,
+    bind_volume_mounts,
+    open_beneath,
+    open_host_path,
+    unbind_pod,
+)
+from tests.agent_helpers import AgentEnv, running_agent, wait_for
+from tests.test_pod_spec import container, output, pod, run_in
 
 pytestmark = pytest.mark.anyio
+
+SUBPATH_ERROR = 'failed to prepare subPath for volumeMount "data" of container "main"'
+
+
+def _secret(tmp_path: Path) -> Path:
+    """A host directory no pod is given."""
+    secret = tmp_path / "host-secret"
+    secret.mkdir()
+    (secret / "marker").write_text("HOST-ONLY\n")
+    (secret / "shadow").write_text("root:$6$SECRET-HASH:19000:0:99999:7:::\n")
+    return secret
+
+
+def _waiting(env: AgentEnv, pod_name: str, container_name: str) -> dict[str, Any]:
+    status = env.status_of(pod_name)
+    for cs in status.get("containerStatuses", []) + status.get("initContainerStatuses", []):
+        if cs["name"] == container_name:
+            return dict(cs.get("state", {}).get("waiting", {}))
+    return {}
+
+
+def _logged(env: AgentEnv, pod_name: str, container_name: str) -> str:
+    """Everything the container's instances wrote to their CRI logs."""
+    uid = env.uid_of(pod_name)
+    assert uid is not None
+    directory = hostpaths.container_log_dir(
+        hostpaths.pod_log_dir(env.config.pod_logs_dir, "default", f"{pod_name}-{env.node}", uid), container_name)
+    if not directory.is_dir():
+        return ""
+    return "".join(p.read_text(errors="replace") for p in sorted(directory.iterdir()) if p.is_file())
+
+
+# --- (a) a subPath component swapped for a symlink between container starts --------------------
+
+
+async def test_sub_path_turned_into_a_symlink_is_refused_at_the_next_container_start(containerd: Any,
+                                                                                  tmp_path: Path) -> None:
+    """The first instance replaces the subPath's directory in the emptyDir with a symlink to a
+    host directory and exits; its restart must not get the host directory: the kubelet fails
+    the creation (CreateContainerConfigError, "failed to prepare subPath ..."). Likewise when an
+    init container makes the swap before the container that mounts the subPath starts. A
+    symlink that stays inside the volume keeps working."""
+    secret = _secret(tmp_path)
+    swap = f"rm -rf /data/sub && ln -s {secret} /data/sub"
+    mounts = [{"name": "data", "mountPath": "/data"}, {"name": "data", "mountPath": "/sub", "subPath": "sub"}]
+    look = "if [ -e /sub/marker ]; then echo SAW-HOST; cat /sub/marker; exec sleep 3600; fi; "
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("restart.yaml", pod(
+            "restart", container("main", look + f"echo first-start; {swap}; exit 1", volumeMounts=mounts),
+            volumes=[{"name": "data", "emptyDir": {}}]))
+        env.write("init.yaml", pod(
+            "init", container("main", look + "echo volume-content; exec sleep 3600", volumeMounts=mounts),
+            initContainers=[container("swap", swap, volumeMounts=mounts[:1])],
+            volumes=[{"name": "data", "emptyDir": {}}]))
+        env.write("inside.yaml", pod(
+            "inside", container("main", volumeMounts=[{"name": "data", "mountPath": "/linked", "subPath": "link"}]),
+            initContainers=[container("make", "mkdir -p /data/real && echo in-volume > /data/real/file && "
+                                              "ln -s real /data/link", volumeMounts=mounts[:1])],
+            volumes=[{"name": "data", "emptyDir": {}}]))
+
+        async def refused(name: str) -> dict[str, Any] | None:
+            waiting = _waiting(env, name, "main")
+            return waiting if waiting.get("reason") == "CreateContainerConfigError" else None
+
+        for name in ("restart", "init"):
+            waiting = await wait_for(lambda name=name: refused(name), 60,  # type: ignore[misc]
+                                     f"{name}: the container refused with CreateContainerConfigError")
+            assert waiting["message"] == SUBPATH_ERROR  # no host path in what the pod sees
+            assert "SAW-HOST" not in _logged(env, name, "main")
+        assert "first-start" in _logged(env, "restart", "main")  # the swap did run in the first instance
+        assert not await env.running_containers("restart") and not await env.running_containers("init")
+
+        # A symlink inside the volume, to a place inside it, is followed (the kubelet's rule).
+        assert await output(env, "inside", "main", "cat", "/linked/file") == "in-volume"
+        assert sorted(p.name for p in secret.iterdir()) == ["marker", "shadow"]  # untouched
+
+        # The binds live under the pod directory and go with the pod.
+        uid = env.uid_of("inside")
+        assert uid is not None
+        subpaths = hostpaths.volume_subpaths_dir(hostpaths.pod_dir(env.config.root_dir, uid))
+        assert mounts_under(subpaths) == [(subpaths / "data" / "main" / "0").resolve()]
+        env.remove("inside.yaml")
+
+        async def unbound() -> bool:
+            return not mounts_under(subpaths) and not subpaths.exists()
+
+        await wait_for(unbound, 60, "the subPath bind unmounted with the pod")
+
+
+# --- (b) a hostPath swapped between its type check and its mount -------------------------------
+
+
+async def test_host_path_swapped_after_its_check_still_mounts_what_was_checked(containerd: Any,
+                                                                               tmp_path: Path) -> None:
+    """A File hostPath passes its check; then, deterministically just before CreateContainer
+    (a hook on the agent's runtime client), the file is replaced by a symlink to a host
+    directory. The container must get the checked file, never the directory; its next start
+    checks again and refuses what is there now."""
+    secret = _secret(tmp_path)
+    host = tmp_path / "host"
+    host.mkdir()
+    checked = host / "file"
+    checked.write_text("checked-file\n")
+    async with running_agent(containerd, tmp_path) as env:
+        runtime = env.agent.runtime
+        real_create = runtime.create_container
+        swapped: list[str] = []
+
+        async def create_after_a_swap(sandbox_id: str, config: t.ContainerConfig,
+                                      sandbox_config: t.PodSandboxConfig) -> str:
+            if config.metadata.name == "main" and not swapped:
+                # Moved away, not deleted: the kernel refuses to mount a deleted file at all
+                # (which is as safe, the start fails); moved, it shows the bind pins it.
+                checked.rename(host / "moved")
+                checked.symlink_to(secret)
+                swapped.append(config.metadata.name)
+            return await real_create(sandbox_id, config, sandbox_config)
+
+        runtime.create_container = create_after_a_swap  # type: ignore[method-assign]
+        env.write("swap.yaml", pod(
+            "swap", container("main", "until [ -e /tmp/exit ]; do sleep 0.2; done; exit 1",
+                              volumeMounts=[{"name": "f", "mountPath": "/checked"}]),
+            volumes=[{"name": "f", "hostPath": {"path": str(checked), "type": "File"}}]))
+        await env.wait_running("swap", timeout=60)
+        assert swapped and checked.is_symlink()
+        assert await output(env, "swap", "main", "cat", "/checked") == "checked-file"
+        assert (await run_in(env, "swap", "main", "test", "-d", "/checked"))[0] != 0
+        assert (await run_in(env, "swap", "main", "cat", "/checked/marker"))[0] != 0
+
+        # The next start checks again, on what it mounts: a symlink to a directory is no File.
+        env.agent.runtime.create_container = real_create  # type: ignore[method-assign]
+        await output(env, "swap", "main", "touch", "/tmp/exit")
+
+        async def refused() -> dict[str, Any] | None:
+            waiting = _waiting(env, "swap", "main")
+            return waiting if waiting.get("reason") == "CreateContainerConfigError" else None
+
+        waiting = await wait_for(refused, 60, "the restart refused: the hostPath is no file any more")
+        assert waiting["message"] == f"hostPath type check failed: {checked} is not a file"
 
 
 # --- (d) names that would leave rootDir, or overflow a file name ----------------------------------
@@ -68,7 +225,116 @@ async def _gone(path: Path) -> bool:
     return not path.exists()
 
 
-# --- without a runtime: the names -------------------------------------------
+# --- without a runtime: the walk, the binds, the names -------------------------------------------
+
+
+def _volume(tmp_path: Path) -> Path:
+    volume = tmp_path / "volume"
+    (volume / "dir" / "deeper").mkdir(parents=True)
+    (volume / "dir" / "file").write_text("inside\n")
+    os.chmod(volume, 0o2775)
+    return volume
+
+
+def _open_dir(path: Path) -> int:
+    return os.open(path, os.O_PATH | os.O_DIRECTORY)
+
+
+def _resolved(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+
+
+def test_open_beneath_follows_links_inside_the_volume_and_refuses_the_way_out(tmp_path: Path) -> None:
+    volume = _volume(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (volume / "rel").symlink_to("dir/deeper/..")
+    (volume / "dir" / "up").symlink_to("../dir/file")
+    (volume / "abs-in").symlink_to(volume / "dir")
+    (volume / "abs-out").symlink_to(outside)
+    (volume / "climb").symlink_to("../outside")
+    (volume / "dir" / "climb2").symlink_to("../../outside")
+    (volume / "loop").symlink_to("loop")
+    base = _open_dir(volume)
+    try:
+        assert _resolved(open_beneath(base, "dir/file")) == str(volume / "dir" / "file")
+        assert _resolved(open_beneath(base, "rel/file")) == str(volume / "dir" / "file")
+        assert _resolved(open_beneath(base, "dir/up")) == str(volume / "dir" / "file")
+        assert _resolved(open_beneath(base, "abs-in/file")) == str(volume / "dir" / "file")
+        for way_out in ("abs-out", "climb", "dir/climb2", "abs-out/x"):
+            with pytest.raises(EscapeError):
+                open_beneath(base, way_out, 0o755)
+        with pytest.raises(OSError, match="too many symlinks"):
+            open_beneath(base, "loop")
+        with pytest.raises(NotADirectoryError):
+            open_beneath(base, "dir/file/x")
+        with pytest.raises(FileNotFoundError):
+            open_beneath(base, "missing")  # without a mode nothing is made
+        # Missing directories are made with the volume's mode, setgid included, whatever the umask.
+        made = _resolved(open_beneath(base, "new/one", 0o2775))
+        assert made == str(volume / "new" / "one")
+        assert stat.S_IMODE(os.stat(volume / "new").st_mode) == 0o2775
+        assert stat.S_IMODE(os.stat(volume / "new" / "one").st_mode) == 0o2775
+        assert not (outside / "x").exists() and list(outside.iterdir()) == []
+    finally:
+        os.close(base)
+
+
+def test_bind_volume_mounts_pins_what_was_opened_and_unbinds_from_the_mount_table(tmp_path: Path) -> None:
+    volume = _volume(tmp_path)
+    pod_dir = tmp_path / "pod"
+    pod_dir.mkdir()
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "marker").write_text("host\n")
+    binds = [VolumeBind(volume="v", index=0, volume_path=str(volume), sub_path="dir", container_path="/d"),
+             VolumeBind(volume="v", index=1, volume_path=str(volume), sub_path="dir/file", container_path="/f",
+                        readonly=True)]
+    mounts = bind_volume_mounts(pod_dir, "c", binds)
+    try:
+        target = pod_dir / "volume-subpaths" / "v" / "c"
+        assert [m.host_path for m in mounts] == [str(target / "0"), str(target / "1")]
+        assert mounts[1].readonly and mounts[0].container_path == "/d"
+        assert (target / "0" / "file").read_text() == "inside\n" and (target / "1").read_text() == "inside\n"
+        # What the container does to the volume afterwards does not move the binds.
+        os.rename(volume / "dir", volume / "moved")
+        (volume / "dir").symlink_to(secret)
+        assert (target / "0" / "file").read_text() == "inside\n"
+        assert not (target / "0" / "marker").exists()
+        # The next start detaches the old binds and opens again: now the symlink leads out.
+        with pytest.raises(VolumeBindError, match='failed to prepare subPath for volumeMount "v" of container "c"'):
+            bind_volume_mounts(pod_dir, "c", binds)
+        assert not is_mount_point(target / "0") and not is_mount_point(target / "1")
+    finally:
+        assert unbind_pod(pod_dir) == []
+    assert not (pod_dir / "volume-subpaths").exists() and not mounts_under(pod_dir)
+    assert (secret / "marker").exists()
+
+
+def test_host_path_types_are_checked_on_the_opened_object(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "link-to-file").symlink_to(tmp_path / "file")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    os.close(open_host_path(str(tmp_path / "link-to-file"), "File"))  # the kubelet's stat follows links
+    with pytest.raises(HostPathTypeError, match="is not a directory"):
+        open_host_path(str(tmp_path / "file"), "Directory")
+    # FileOrCreate never creates through a symlink (the kubelet's create would follow this one).
+    with pytest.raises(HostPathTypeError, match="is not a file"):
+        open_host_path(str(tmp_path / "dangling"), "FileOrCreate")
+    assert not (tmp_path / "nowhere").exists()
+    os.close(open_host_path(str(tmp_path / "new"), "FileOrCreate"))
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o644 & ~_umask()
+    os.close(open_host_path(str(tmp_path / "a" / "b"), "DirectoryOrCreate"))
+    assert (tmp_path / "a" / "b").is_dir()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_names_are_refused_or_hashed_never_a_path_elsewhere(tmp_path: Path) -> None:

@@ -3,8 +3,9 @@
 Each integration test performs the attack against the real containerd and checks what the
 kubelet does about it: a subPath component turned into a symlink between container starts
 (CVE-2017-1002101 / CVE-2021-25741), a hostPath swapped between its type check and its
-mount, pod names that would climb out of rootDir or overflow a file name. Below them, the
-pieces without a runtime: the safe walk, the binds, the name rules.
+mount, a termination-message path redirected through a volume, pod names that would climb out
+of rootDir or overflow a file name. Below them, the pieces without a runtime: the safe walk,
+the binds, the name rules.
 """
 
 from __future__ import annotations
@@ -174,6 +175,41 @@ async def test_host_path_swapped_after_its_check_still_mounts_what_was_checked(c
 
         waiting = await wait_for(refused, 60, "the restart refused: the hostPath is no file any more")
         assert waiting["message"] == f"hostPath type check failed: {checked} is not a file"
+
+
+# --- (c) the termination message read through a redirected path --------------------------------
+
+
+async def test_termination_message_is_read_from_the_containers_own_file_only(containerd: Any,
+                                                                            tmp_path: Path) -> None:
+    """The container mounts a file of its emptyDir (a subPath) at /dev/termination-log as well,
+    then turns that file into a symlink to host content and exits. The message is what it wrote
+    to its own message file, never the host file the symlink names."""
+    secret = _secret(tmp_path)
+    data = [{"name": "data", "mountPath": "/data"}]
+    # The subPath file is a mount point in the container (its message file is mounted over
+    # it), so it cannot be removed; its directory can be moved away and replaced.
+    attack = (f"mv /data/d /data/old && mkdir /data/d && ln -s {secret / 'shadow'} /data/d/msg && "
+              "echo -n mine > /dev/termination-log; exit 1")
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("msg.yaml", pod(
+            "msg",
+            container("main", attack, volumeMounts=[
+                *data, {"name": "data", "mountPath": "/dev/termination-log", "subPath": "d/msg"}]),
+            # A file where the subPath will be (a directory made at prepare is removed first).
+            initContainers=[container("file", "mkdir -p /data/d; rmdir /data/d/msg 2>/dev/null; "
+                                              "echo placeholder > /data/d/msg", volumeMounts=data)],
+            restartPolicy="Never", volumes=[{"name": "data", "emptyDir": {}}]))
+
+        async def terminated() -> dict[str, Any] | None:
+            for cs in env.status_of("msg").get("containerStatuses", []):
+                if cs["name"] == "main" and "terminated" in cs.get("state", {}):
+                    return dict(cs["state"]["terminated"])
+            return None
+
+        state = await wait_for(terminated, 60, "the container terminated")
+        assert "SECRET" not in state.get("message", "")
+        assert state["exitCode"] == 1 and state.get("message") == "mine"
 
 
 # --- (d) names that would leave rootDir, or overflow a file name ----------------------------------

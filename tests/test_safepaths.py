@@ -32,6 +32,7 @@ from nodeagent.volumebind import (
     open_host_path,
     unbind_pod,
 )
+from plugins.runtime.termination_message import create_message_file, read_message
 from tests.agent_helpers import AgentEnv, running_agent, wait_for
 from tests.test_pod_spec import container, output, pod, run_in
 
@@ -182,15 +183,19 @@ async def test_host_path_swapped_after_its_check_still_mounts_what_was_checked(c
 
 async def test_termination_message_is_read_from_the_containers_own_file_only(containerd: Any,
                                                                             tmp_path: Path) -> None:
-    """The container mounts a file of its emptyDir (a subPath) at /dev/termination-log as well,
-    then turns that file into a symlink to host content and exits. The message is what it wrote
-    to its own message file, never the host file the symlink names."""
+    """The container has a file of a volume mounted at /dev/termination-log as well (a subPath
+    of its emptyDir; a file of a hostPath directory it is given), turns that file into a
+    symlink to host content it was not given, and exits. The message is what it wrote to its
+    own message file, never the host file the symlink names."""
     secret = _secret(tmp_path)
-    data = [{"name": "data", "mountPath": "/data"}]
-    # The subPath file is a mount point in the container (its message file is mounted over
-    # it), so it cannot be removed; its directory can be moved away and replaced.
+    shared = tmp_path / "shared"
+    (shared / "d").mkdir(parents=True)
+    (shared / "d" / "msg").write_text("placeholder\n")
+    # The file is a mount point in the container (its message file is mounted over it), so it
+    # cannot be removed; its directory can be moved away and replaced.
     attack = (f"mv /data/d /data/old && mkdir /data/d && ln -s {secret / 'shadow'} /data/d/msg && "
               "echo -n mine > /dev/termination-log; exit 1")
+    data = [{"name": "data", "mountPath": "/data"}]
     async with running_agent(containerd, tmp_path) as env:
         env.write("msg.yaml", pod(
             "msg",
@@ -200,16 +205,27 @@ async def test_termination_message_is_read_from_the_containers_own_file_only(con
             initContainers=[container("file", "mkdir -p /data/d; rmdir /data/d/msg 2>/dev/null; "
                                               "echo placeholder > /data/d/msg", volumeMounts=data)],
             restartPolicy="Never", volumes=[{"name": "data", "emptyDir": {}}]))
+        # An untyped hostPath is mounted by path (nothing to check): the read must still not
+        # take that mount for the message file.
+        env.write("host.yaml", pod(
+            "host",
+            container("main", attack, volumeMounts=[
+                *data, {"name": "msg", "mountPath": "/dev/termination-log"}]),
+            restartPolicy="Never", volumes=[{"name": "data", "hostPath": {"path": str(shared)}},
+                                            {"name": "msg", "hostPath": {"path": str(shared / "d" / "msg")}}]))
 
-        async def terminated() -> dict[str, Any] | None:
-            for cs in env.status_of("msg").get("containerStatuses", []):
+        async def terminated(name: str) -> dict[str, Any] | None:
+            for cs in env.status_of(name).get("containerStatuses", []):
                 if cs["name"] == "main" and "terminated" in cs.get("state", {}):
                     return dict(cs["state"]["terminated"])
             return None
 
-        state = await wait_for(terminated, 60, "the container terminated")
-        assert "SECRET" not in state.get("message", "")
-        assert state["exitCode"] == 1 and state.get("message") == "mine"
+        for name in ("msg", "host"):
+            state = await wait_for(lambda name=name: terminated(name), 60,  # type: ignore[misc]
+                                   f"{name}: the container terminated")
+            assert "SECRET" not in state.get("message", "")
+            assert state["exitCode"] == 1 and state.get("message") == "mine"
+        assert (shared / "d" / "msg").is_symlink()  # the attack did run
 
 
 # --- (d) names that would leave rootDir, or overflow a file name ----------------------------------
@@ -371,6 +387,34 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_termination_message_never_follows_another_mount_or_a_symlink(tmp_path: Path) -> None:
+    pod_dir = tmp_path / "pod"
+    own = create_message_file(pod_dir, "main")
+    own.write_text("own message")
+    secret = tmp_path / "shadow"
+    secret.write_text("SECRET")
+    volume_file = tmp_path / "volume-file"
+    volume_file.symlink_to(secret)
+
+    def status(*host_paths: Path) -> t.ContainerStatus:
+        return t.ContainerStatus(
+            state=t.ContainerState.CONTAINER_EXITED, exit_code=1, metadata=t.ContainerMetadata(name="main"),
+            annotations={}, mounts=[t.Mount(container_path="/dev/termination-log", host_path=str(p))
+                                    for p in host_paths])
+
+    # A volume's file at the same path comes first in the mounts: it is not the message file.
+    assert read_message(status(volume_file, own), pod_dir) == "own message"
+    assert read_message(status(volume_file), pod_dir) == ""
+    # Another container's file is not this one's.
+    other = create_message_file(pod_dir, "other")
+    other.write_text("other's")
+    assert read_message(status(other), pod_dir) == ""
+    # The own file replaced by a symlink is not followed.
+    own.unlink()
+    own.symlink_to(secret)
+    assert "SECRET" not in read_message(status(own), pod_dir)
 
 
 def test_names_are_refused_or_hashed_never_a_path_elsewhere(tmp_path: Path) -> None:

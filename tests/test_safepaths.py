@@ -126,6 +126,45 @@ async def test_sub_path_turned_into_a_symlink_is_refused_at_the_next_container_s
         await wait_for(unbound, 60, "the subPath bind unmounted with the pod")
 
 
+async def test_binds_are_found_in_the_mount_table_by_a_restarted_agent(containerd: Any, tmp_path: Path) -> None:
+    """Nothing is remembered: an agent that did not make the binds detaches them at the
+    container's next start and at the pod's unprepare."""
+    from tests.agent_helpers import make_config
+
+    config = make_config(tmp_path, containerd.endpoint)
+    manifest = pod("binds", container("main", "echo kept > /sub/file; until [ -e /tmp/exit ]; do sleep 0.2; done; exit 1",
+                                      volumeMounts=[{"name": "data", "mountPath": "/sub", "subPath": "sub"}]),
+                   volumes=[{"name": "data", "emptyDir": {}}])
+    async with running_agent(containerd, tmp_path, config=config, cleanup=False) as env:
+        env.write("binds.yaml", manifest)
+        first = await env.wait_running("binds", timeout=60)
+        uid = env.uid_of("binds")
+    assert uid is not None
+    subpaths = hostpaths.volume_subpaths_dir(hostpaths.pod_dir(config.root_dir, uid))
+    target = (subpaths / "data" / "main" / "0").resolve()
+    assert mounts_under(subpaths) == [target] and _mounted_times(target) == 1  # the first agent's bind stays
+    async with running_agent(containerd, tmp_path, config=config) as env:
+        await output(env, "binds", "main", "touch", "/tmp/exit")
+
+        async def restarted() -> bool:
+            return any(c.id != first.id for c in await env.running_containers("binds"))
+
+        await wait_for(restarted, 60, "the container restarted by the second agent")
+        assert _mounted_times(target) == 1  # detached and bound again, not stacked on the old one
+        assert await output(env, "binds", "main", "cat", "/sub/file") == "kept"
+        env.remove("binds.yaml")
+
+        async def unbound() -> bool:
+            return not mounts_under(subpaths) and not subpaths.exists()
+
+        await wait_for(unbound, 60, "the binds detached at unprepare")
+
+
+def _mounted_times(path: Path) -> int:
+    return sum(1 for line in Path("/proc/self/mountinfo").read_text().splitlines()
+               if line.split()[4] == str(path))
+
+
 # --- (b) a hostPath swapped between its type check and its mount -------------------------------
 
 

@@ -285,53 +285,58 @@ def bind_volume_mounts(pod_dir: Path, container: str, binds: Sequence[VolumeBind
     return mounts
 
 
-def _clear(directory: Path) -> list[Path]:
-    """Detach every mount at or below ``directory`` (from the mount table), then remove what
-    is left of it — empty target directories and files only. Returns the mounts that stay."""
-    if not directory.is_dir():
+def _clear(container_dir: Path) -> list[Path]:
+    """Detach every mount at or below ``<volume>/<container>`` (from the mount table), then
+    remove its targets — rmdir and unlink of the entries themselves, never a walk into them:
+    a target still mounted (a hostPath directory) refuses both. Returns the mounts that stay."""
+    if not container_dir.is_dir():
         return []
-    for mount_point in mounts_under(directory):
+    for mount_point in mounts_under(container_dir):
         detach(mount_point)
-    left = mounts_under(directory)
+    left = mounts_under(container_dir)
     if left:
         return left
-    for top, dirs, files in os.walk(directory, topdown=False):
-        for name in files:
-            _quietly(os.unlink, os.path.join(top, name))
-        for name in dirs:
-            _quietly(os.rmdir, os.path.join(top, name))
-    _quietly(os.rmdir, str(directory))
+    for entry in os.scandir(container_dir):
+        _quietly(os.rmdir if entry.is_dir(follow_symlinks=False) else os.unlink, entry.path)
+    _quietly(os.rmdir, str(container_dir))
     return []
 
 
 def _quietly(remove: Callable[[str], None], path: str) -> None:
     try:
         remove(path)
-    except FileNotFoundError:
-        pass
     except OSError:
-        pass  # not empty (not ours to empty) or busy: kept; the mount check above is the guard
+        pass  # gone, not empty (not ours to empty) or busy: kept, and the next undo tries again
 
 
-def unbind_container(pod_dir: Path, container: str) -> list[Path]:
-    """Detach the binds of ``container`` (every volume); the mounts that stay."""
+def _unbind(pod_dir: Path, container: str | None) -> list[Path]:
     root = hostpaths.volume_subpaths_dir(pod_dir)
     try:
         volumes = os.listdir(root)
     except FileNotFoundError:
         return []
-    name = hostpaths.component(container, "container name")
+    name = None if container is None else hostpaths.component(container, "container name")
     left: list[Path] = []
     for volume in volumes:
-        left += _clear(root / volume / name)
+        try:
+            containers = os.listdir(root / volume) if name is None else [name]
+        except OSError:
+            continue
+        for each in containers:
+            left += _clear(root / volume / each)
         _quietly(os.rmdir, str(root / volume))
     _quietly(os.rmdir, str(root))
     return left
 
 
+def unbind_container(pod_dir: Path, container: str) -> list[Path]:
+    """Detach the binds of ``container`` (every volume); the mounts that stay."""
+    return _unbind(pod_dir, container)
+
+
 def unbind_pod(pod_dir: Path) -> list[Path]:
     """Detach every bind of the pod (unprepare: no container of it runs); the mounts that stay."""
-    return _clear(hostpaths.volume_subpaths_dir(pod_dir))
+    return _unbind(pod_dir, None)
 
 
 __all__ = ["EscapeError", "HostPathTypeError", "VolumeBindError", "bind_volume_mounts", "check_host_path",

@@ -405,6 +405,27 @@ def test_bind_volume_mounts_pins_what_was_opened_and_unbinds_from_the_mount_tabl
     assert (secret / "marker").exists()
 
 
+def test_unbinding_a_host_path_leaves_the_hosts_files(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    (host / "sub").mkdir(parents=True)
+    (host / "keep").write_text("host's\n")
+    (host / "sub" / "keep").write_text("host's\n")
+    pod_dir = tmp_path / "pod"
+    binds = [VolumeBind(volume="h", index=0, volume_path=str(host), host_path_type="Directory", container_path="/h"),
+             VolumeBind(volume="h", index=1, volume_path=str(host), host_path_type="", sub_path="sub",
+                        container_path="/s")]
+    mounts = bind_volume_mounts(pod_dir, "c", binds)
+    assert (Path(mounts[0].host_path) / "keep").exists() and (Path(mounts[1].host_path) / "keep").exists()
+    assert unbind_pod(pod_dir) == []
+    assert (host / "keep").read_text() == "host's\n" and (host / "sub" / "keep").read_text() == "host's\n"
+    assert not (pod_dir / "volume-subpaths").exists()
+    # A type that does not match fails the bind with the kubelet's message, and binds nothing.
+    with pytest.raises(VolumeBindError, match=f"hostPath type check failed: {host} is not a socket file"):
+        bind_volume_mounts(pod_dir, "c", [VolumeBind(volume="h", index=0, volume_path=str(host),
+                                                     host_path_type="Socket", container_path="/h")])
+    assert not mounts_under(pod_dir)
+
+
 def test_host_path_types_are_checked_on_the_opened_object(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     (tmp_path / "link-to-file").symlink_to(tmp_path / "file")

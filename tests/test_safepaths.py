@@ -132,7 +132,8 @@ async def test_binds_are_found_in_the_mount_table_by_a_restarted_agent(container
     from tests.agent_helpers import make_config
 
     config = make_config(tmp_path, containerd.endpoint)
-    manifest = pod("binds", container("main", "echo kept > /sub/file; until [ -e /tmp/exit ]; do sleep 0.2; done; exit 1",
+    command = "echo kept > /sub/file; until [ -e /tmp/exit ]; do sleep 0.2; done; exit 1"
+    manifest = pod("binds", container("main", command,
                                       volumeMounts=[{"name": "data", "mountPath": "/sub", "subPath": "sub"}]),
                    volumes=[{"name": "data", "emptyDir": {}}])
     async with running_agent(containerd, tmp_path, config=config, cleanup=False) as env:

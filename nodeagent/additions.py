@@ -8,7 +8,7 @@ runtime stage stays the only caller of CreateContainer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cri import types as t
@@ -35,9 +35,35 @@ class ApiEnv:
     """Service variables (FOO_SERVICE_HOST, ...): the lowest precedence, visible to $(VAR)."""
 
 
+@dataclass(frozen=True)
+class VolumeBind:
+    """A volumeMount the runtime stage binds itself at each creation of the container, instead
+    of handing the runtime a path: a subPath (the container, or another of the pod, may have
+    turned a component of it into a symlink since the last start), or a hostPath with a type
+    (what was checked must be what is mounted). :mod:`nodeagent.volumebind` opens it without
+    following a symlink out of the volume, bind-mounts the opened object under
+    ``<pod dir>/volume-subpaths/<volume>/<container>/<index>`` and gives that path to the
+    runtime as the mount's host path."""
+
+    volume: str
+    index: int
+    """The volumeMount's index in the container's volumeMounts (the kubelet's target name)."""
+    volume_path: str
+    """The volume's host path: its directory under the pod directory, or the hostPath."""
+    sub_path: str = ""
+    """Relative to the volume, already expanded (subPathExpr) and free of ``..``; "" is the volume."""
+    host_path_type: str | None = None
+    """A hostPath volume's type ("" for none); None for volumes under the pod directory."""
+    container_path: str = ""
+    readonly: bool = False
+    propagation: t.MountPropagation = t.MountPropagation.PROPAGATION_PRIVATE
+
+
 @dataclass
 class ContainerAdditions:
     mounts: list[t.Mount] = field(default_factory=list)
+    binds: list[VolumeBind] = field(default_factory=list)
+    """Mounts made at each creation of the container (merged after ``mounts``)."""
     devices: list[t.Device] = field(default_factory=list)
     cdi_devices: list[t.CDIDevice] = field(default_factory=list)
     envs: dict[str, str] = field(default_factory=dict)
@@ -60,6 +86,7 @@ def additions_for(stash: Stash, container: str) -> ContainerAdditions:
         if part is None:
             continue
         merged.mounts.extend(part.mounts)
+        merged.binds.extend(part.binds)
         merged.devices.extend(part.devices)
         merged.cdi_devices.extend(part.cdi_devices)
         merged.envs.update(part.envs)
@@ -68,6 +95,20 @@ def additions_for(stash: Stash, container: str) -> ContainerAdditions:
             merged.api_env = part.api_env
         merged.contributed_by |= part.contributed_by
     return merged
+
+
+def add_mounts(entry: ContainerAdditions, mounts: Iterable[t.Mount | VolumeBind]) -> None:
+    """Mounts by path to ``mounts``, binds to ``binds``."""
+    for m in mounts:
+        if isinstance(m, VolumeBind):
+            entry.binds.append(m)
+        else:
+            entry.mounts.append(m)
+
+
+def remove_mounts(entry: ContainerAdditions, mounts: Collection[t.Mount | VolumeBind]) -> None:
+    entry.mounts[:] = [m for m in entry.mounts if m not in mounts]
+    entry.binds[:] = [b for b in entry.binds if b not in mounts]
 
 
 def contribute(stash: Stash, stage: str, container: str = ALL_CONTAINERS) -> ContainerAdditions:

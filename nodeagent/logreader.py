@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from nodeagent import hostpaths
+
 _TIME = re.compile(rb"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$")
 _LOG_FILE = re.compile(r"^(\d+)\.log$")
 # How often a follower looks for new data and for rotation (the kubelet uses fsnotify).
@@ -246,7 +248,16 @@ def _rotated(path: Path, f: BinaryIO) -> bool:
 
 
 def pod_log_dir(pod_logs_dir: Path, namespace: str, name: str, uid: str) -> Path:
-    return pod_logs_dir / f"{namespace}_{name}_{uid}"
+    """``<namespace>_<name>_<uid>`` (hashed to fit a file name when longer: :func:`scan` does
+    not find such a directory; the agent's rows do)."""
+    return hostpaths.pod_log_dir(pod_logs_dir, namespace, name, uid)
+
+
+def _container_dir(target: Target, container: str) -> Path:
+    try:
+        return hostpaths.container_log_dir(target.pod.path, container)
+    except hostpaths.UnsafeName as exc:
+        raise LogsError(str(exc)) from None
 
 
 def attempts(container_dir: Path) -> list[int]:
@@ -373,7 +384,7 @@ def choose_container(target: Target, container: str | None) -> str:
 def log_file(target: Target, container: str, previous: bool = False) -> tuple[Path, int]:
     """The live log file of the container's current instance (or of the one before it), and
     that instance's restart count. The kubelet's messages when there is none."""
-    directory = target.pod.path / container
+    directory = _container_dir(target, container)
     found = attempts(directory)
     pod = target.pod.name
     if not found:
@@ -393,7 +404,7 @@ def writer_alive(target: Target, container: str, attempt: int,
     """For ``follow``: False once the followed instance will write no more — a newer instance
     has a log file, the pod's logs are gone, or the agent shows the instance not running (or
     has forgotten the pod). Without an agent only the files can tell."""
-    directory = target.pod.path / container
+    directory = _container_dir(target, container)
 
     def alive() -> bool:
         found = attempts(directory)

@@ -19,6 +19,7 @@ import structlog
 
 from cri import RuntimeClient
 from nodeagent import events as ev
+from nodeagent import hostpaths
 from nodeagent.admission import AdmissionCycle
 from nodeagent.clock import Clock
 from nodeagent.lifecycle import Lifecycle, PodState, Trigger
@@ -54,6 +55,9 @@ SETUP_CONCURRENCY = 16
 RETRY_INITIAL_SECONDS = 1.0
 # A pod condition, so that `kubectl get pod -o yaml` users see what we ignored.
 UNHONOURED_CONDITION = "nodeagent.io/UnhonouredFields"
+UNSAFE_NAMES = "UnsafePodNames"
+"""Rejection reason of a pod whose UID, name, namespace, container or volume names cannot be
+host path components (nodeagent/hostpaths.py); the API server never lets one through."""
 RETRY_MAX_SECONDS = 30.0
 
 
@@ -122,7 +126,7 @@ class StageContext:
 
     @property
     def pod_dir(self) -> Path:
-        return self._worker.services.root_dir / "pods" / self._worker.ref.uid
+        return hostpaths.pod_dir(self._worker.services.root_dir, self._worker.ref.uid)
 
     @property
     def observed(self) -> PodRuntime:
@@ -287,7 +291,12 @@ class PodWorker:
         return result
 
     async def _admit(self) -> Result:
-        result, stage = await self.services.admission.admit(self.pod, self._answered)
+        problem = hostpaths.pod_problem(self.pod)
+        if problem is not None:
+            # Before any stage: a name that cannot be a host path component never reaches one.
+            result, stage = Result.reject(UNSAFE_NAMES, f"pod names cannot be host paths: {problem}"), "worker"
+        else:
+            result, stage = await self.services.admission.admit(self.pod, self._answered)
         if result.verdict is Verdict.REJECT:
             self.services.status.reporter(self.ref.uid).set_pod_reason(result.reason, result.message)
             self._to(Trigger.REJECT)
@@ -334,7 +343,7 @@ class PodWorker:
 
     @property
     def pod_dir(self) -> Path:
-        return self.services.root_dir / "pods" / self.ref.uid
+        return hostpaths.pod_dir(self.services.root_dir, self.ref.uid)
 
     async def _phase_with_retry(self, phase: Phase) -> Result:
         delay = RETRY_INITIAL_SECONDS

@@ -386,7 +386,7 @@ async def _read_messages(ctx: PodContext, runtime: PodRuntime) -> dict[str, str]
                 status = await ctx.runtime.container_status(record.id)
             except CriError:
                 continue  # removed meanwhile; nothing to show
-            cache[record.id] = await anyio.to_thread.run_sync(read_message, status)
+            cache[record.id] = await anyio.to_thread.run_sync(read_message, status, ctx.pod_dir)
     return cache
 
 

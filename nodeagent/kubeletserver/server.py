@@ -232,7 +232,11 @@ class KubeletServer:
             return
         statuses = {cs["name"]: cs for key in ("containerStatuses", "initContainerStatuses")
                     for cs in status.get(key, [])}
-        directory = lr.pod_log_dir(self._config.pod_logs_dir, ref.namespace, ref.name, ref.uid)
+        try:
+            directory = lr.pod_log_dir(self._config.pod_logs_dir, ref.namespace, ref.name, ref.uid)
+        except ValueError as exc:  # hostpaths.UnsafeName: a rejected pod has no log directory
+            await respond(client, 404, f'pod "{name}" has no logs: {exc}')
+            return
         target = lr.Target(lr.PodDir(ref.namespace, ref.name, ref.uid, directory), containers, init, statuses,
                            from_agent=True)
         subject = containerlogs.LogSubject(target, self._rows)

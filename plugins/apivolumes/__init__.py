@@ -39,7 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cri import types as t
 from nodeagent import events as ev
-from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, contribute
+from nodeagent import hostpaths
+from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, VolumeBind, add_mounts, contribute, remove_mounts
 from nodeagent.model import EmptyDirVolumeSource, Volume, unhonoured_fields
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
@@ -84,7 +85,7 @@ FIRST_RETRY_SECONDS = 2.0
 """observe re-reads this soon after a failed pass (doubling up to resyncSeconds): a pod waiting
 for a configMap starts soon after it is created."""
 
-CONTRIBUTED = StashKey[dict[str, list[t.Mount]]]("apivolumes.contributed")
+CONTRIBUTED = StashKey[dict[str, list[t.Mount | VolumeBind]]]("apivolumes.contributed")
 """Container name → the mounts this stage added, so that a later pass replaces them."""
 ENV_GIVEN = StashKey[set[str]]("apivolumes.env_given")
 """Containers whose ApiEnv this stage set."""
@@ -106,7 +107,7 @@ class Pass:
     volume_errors: dict[str, str] = field(default_factory=dict)
     """Volume name → why it could not be (re)written (the kubelet's message)."""
     env: dict[str, ApiEnv] = field(default_factory=dict)
-    mounts: dict[str, list[t.Mount]] = field(default_factory=dict)
+    mounts: dict[str, list[t.Mount | VolumeBind]] = field(default_factory=dict)
     mount_error: tuple[str, str] | None = None
     """(container, message) when a container's mounts cannot be made."""
     token_errors: list[str] = field(default_factory=list)
@@ -200,7 +201,7 @@ class ApiVolumesStage(Prepare, Observe):
         for volume in api_volumes(pod):
             plugin = plugin_dir(volume)
             assert plugin is not None
-            path = ctx.pod_dir / "volumes" / plugin / volume.name
+            path = hostpaths.volume_dir(ctx.pod_dir, plugin, volume.name)
             try:
                 payload = await volume_payload(volume, pod, reader, token, facts)
                 await self._write(ctx, volume, path, payload)
@@ -242,9 +243,9 @@ class ApiVolumesStage(Prepare, Observe):
                 env: Mapping[str, str] = {}
                 if any(m.sub_path_expr for m in own):
                     env = container_env(pod, container, facts, found.env.get(container.name))
-                only_ours = container.model_copy(update={"volume_mounts": own})
-                found.mounts[container.name] = await anyio.to_thread.run_sync(
-                    container_mounts, only_ours, prepared, env)
+                # The whole container: the other volumes map to None (not ours, skipped), and
+                # each subPath keeps its index among the container's volumeMounts.
+                found.mounts[container.name] = container_mounts(container, prepared, env)
             except (MountConfigError, FieldError, OSError) as exc:
                 found.mount_error = (container.name, str(exc))
                 break
@@ -268,7 +269,7 @@ class ApiVolumesStage(Prepare, Observe):
         self._withdraw(ctx)
         for container, mounts in found.mounts.items():
             if mounts:
-                contribute(ctx.stash, self.name, container).mounts.extend(mounts)
+                add_mounts(contribute(ctx.stash, self.name, container), mounts)
         for container, api_env in found.env.items():
             contribute(ctx.stash, self.name, container).api_env = api_env
         ctx.stash[CONTRIBUTED] = {name: list(mounts) for name, mounts in found.mounts.items()}
@@ -282,7 +283,7 @@ class ApiVolumesStage(Prepare, Observe):
         for container, mounts in before.items():
             entry = entries.get(container)
             if entry is not None:
-                entry.mounts[:] = [m for m in entry.mounts if m not in mounts]
+                remove_mounts(entry, mounts)
         for container in given:
             entry = entries.get(container)
             if entry is not None:
@@ -325,7 +326,7 @@ class ApiVolumesStage(Prepare, Observe):
     async def unprepare(self, ctx: PodContext) -> None:
         # Found on disk and in the mount table, not remembered: this may be a restarted agent.
         for plugin in (CONFIG_MAP, SECRET, PROJECTED):
-            directory = ctx.pod_dir / "volumes" / plugin
+            directory = ctx.pod_dir / hostpaths.VOLUMES / plugin
             for mount_point in mounts_under(directory):
                 await unmount(mount_point)
             left = mounts_under(directory)

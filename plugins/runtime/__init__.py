@@ -31,6 +31,7 @@ import structlog
 
 from cri import AlreadyExists, CriError, NotFound
 from cri import types as t
+from nodeagent import hostpaths
 from nodeagent import labels as L
 from nodeagent.events import SandboxRemoved, SandboxStarted
 from nodeagent.stages import (
@@ -42,7 +43,9 @@ from nodeagent.stages import (
     Result,
     Start,
 )
+from nodeagent.mounttable import mounts_under
 from nodeagent.stash import StashKey
+from nodeagent.volumebind import unbind_pod
 from plugins.runtime import podcgroup
 from plugins.runtime.images import ImagePuller
 from plugins.runtime.nodekeyring import NodeKeyring
@@ -187,6 +190,11 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
                     await ctx.runtime.stop_pod_sandbox(sandbox.id)
                 except NotFound:
                     pass
+        # The subPath and hostPath binds this stage made at container starts (found in the
+        # mount table: they may be an earlier agent's), before the volumes they point into go.
+        left = await anyio.to_thread.run_sync(unbind_pod, ctx.pod_dir)
+        if left:
+            ctx.log.warning("volume binds still mounted", mounts=[str(p) for p in left])
 
     # --- start: the first pass of the sync loop --------------------------------------------
 
@@ -226,9 +234,9 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         ctx.stash.pop(SANDBOX)
         self._ledger.release(ctx.ref.uid)
         await podcgroup.remove(ctx.pod)
-        logs = self._logs / f"{ctx.ref.namespace}_{ctx.ref.name}_{ctx.ref.uid}"
+        logs = hostpaths.pod_log_dir(self._logs, ctx.ref.namespace, ctx.ref.name, ctx.ref.uid)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(logs, ignore_errors=True))
-        await anyio.to_thread.run_sync(lambda: shutil.rmtree(ctx.pod_dir, ignore_errors=True))
+        await anyio.to_thread.run_sync(_remove_pod_dir, ctx)
 
     # --- what the runtime has for this pod -------------------------------------------------
 
@@ -239,6 +247,18 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     async def _containers(self, ctx: PodContext) -> list[t.Container]:
         found = await ctx.runtime.list_containers(t.ContainerFilter(label_selector={L.POD_UID: ctx.ref.uid}))
         return [c for c in found if c.labels.get(L.MANAGED_BY) == self._node]
+
+
+def _remove_pod_dir(ctx: PodContext) -> None:
+    """The pod directory, unless something is still mounted in it: a bind there may be a
+    hostPath, and removing into it would remove the host's files."""
+    pod_dir = ctx.pod_dir
+    unbind_pod(pod_dir)
+    left = mounts_under(pod_dir)
+    if left:
+        ctx.log.warning("pod directory kept: still mounted in it", mounts=[str(p) for p in left])
+        return
+    shutil.rmtree(pod_dir, ignore_errors=True)
 
 
 async def _remove_container(ctx: PodContext, container_id: str) -> None:

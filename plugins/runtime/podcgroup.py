@@ -21,7 +21,7 @@ from pathlib import Path
 
 import anyio
 
-from nodeagent import quantity
+from nodeagent import hostpaths, quantity
 from nodeagent.model import Pod
 from nodeagent.stages import PodContext
 from plugins.runtime.resources import (
@@ -43,9 +43,10 @@ V1_CONTROLLERS = ("cpu", "memory")
 def cgroup_parent(pod: Pod) -> str:
     """The pod cgroup, as CRI's ``cgroup_parent`` (cgroupfs driver)."""
     qos = qos_class(pod)
+    name = hostpaths.pod_cgroup_name(pod.uid)
     if qos == "Guaranteed":
-        return f"/{ROOT}/pod{pod.uid}"
-    return f"/{ROOT}/{qos.lower()}/pod{pod.uid}"
+        return f"/{ROOT}/{name}"
+    return f"/{ROOT}/{qos.lower()}/{name}"
 
 
 def unified() -> bool:
@@ -188,6 +189,12 @@ def sweep(active: Collection[str], min_age_seconds: float, now: float, root_name
     slow to exit, a sandbox made without the agent) leaves directories that nothing else
     removes and that every walk of the hierarchy pays for. Returns the UIDs removed."""
     removed: list[str] = []
+    keep = set()
+    for uid in active:
+        try:
+            keep.add(hostpaths.pod_cgroup_name(uid))  # by name: a long UID's name is hashed
+        except hostpaths.UnsafeName:
+            continue
     roots = [CGROUP_FS] if unified() else [p for p in CGROUP_FS.iterdir() if p.is_dir()]
     for root in roots:
         base = root / root_name
@@ -198,7 +205,7 @@ def sweep(active: Collection[str], min_age_seconds: float, now: float, root_name
                 continue
             for d in candidates:
                 uid = d.name.removeprefix("pod")
-                if uid in active:
+                if d.name in keep:
                     continue
                 try:
                     if now - d.stat().st_mtime < min_age_seconds:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cri import types as t
+from nodeagent import hostpaths
 from nodeagent.model import Container, Pod, SecurityContext, SecurityProfile
 
 # securitycontext/util.go: what a non-privileged container cannot see or change in /proc and
@@ -84,7 +85,7 @@ def _seccomp(profile: SecurityProfile | None, root: Path | None, default_runtime
     if profile.type == "RuntimeDefault":
         return t.SecurityProfile(profile_type=t.ProfileType.RuntimeDefault)
     if profile.type == "Localhost":
-        ref = str((root or Path("/")) / "seccomp" / (profile.localhost_profile or ""))
+        ref = str(hostpaths.seccomp_profile(root or Path("/"), profile.localhost_profile or ""))
         return t.SecurityProfile(profile_type=t.ProfileType.Localhost, localhost_ref=ref)
     return t.SecurityProfile(profile_type=t.ProfileType.Unconfined)
 

@@ -26,6 +26,7 @@ from nodeagent.events import ContainerCreated
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import PodContext
 from nodeagent.stash import StashKey
+from nodeagent.volumebind import VolumeBindError, bind_volume_mounts
 from plugins.restartpolicy import unstarted_sidecars
 from plugins.runtime import restartall
 from plugins.runtime.backoff import Backoff
@@ -204,8 +205,17 @@ class Syncer:
         for c in ctx.observed.containers:
             if c.name == name and c.id != keep and c.exited:
                 await _remove(ctx, c.id)
-        message_file = create_message_file(ctx.pod_dir, name)
         extra = additions_for(ctx.stash, name)
+        try:
+            # subPaths and typed hostPaths: opened, checked and bound now, for this instance —
+            # never what an earlier start (or prepare) saw, which a container may have changed.
+            extra.mounts.extend(await anyio.to_thread.run_sync(bind_volume_mounts, ctx.pod_dir, name, extra.binds))
+            message_file = create_message_file(ctx.pod_dir, name)
+        except (VolumeBindError, OSError, ValueError) as exc:
+            detail = exc.detail if isinstance(exc, VolumeBindError) else str(exc)
+            ctx.log.warning("cannot prepare the container's mounts", container=name, error=detail)
+            await _failed(ctx, name, "CreateContainerConfigError", str(exc))
+            return ERROR_RETRY_SECONDS
         extra.mounts.append(message_mount(message_file, container.termination_message_path))
         if container.lifecycle is not None and container.lifecycle.pre_stop is not None:
             # So that a restarted agent can run the hook of a container its spec no longer names.

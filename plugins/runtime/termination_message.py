@@ -3,31 +3,38 @@
 Before each container instance starts, a fresh empty file
 ``<pod dir>/containers/<container>/<8 random hex digits>`` (mode 0666, so any user may write
 it) is mounted at ``terminationMessagePath``. When the instance has exited, its message is the
-last 4096 bytes of that file; with ``FallbackToLogsOnError``, a failed container (exit code not
-0) that left the file empty gets the tail of its log instead: the last 80 lines, then the last
-2048 bytes of those, without the CRI log framing.
+last 4096 bytes of that file — that file only, opened without following a symlink, whatever
+else the container mounted at the same path; with ``FallbackToLogsOnError``, a failed
+container (exit code not 0) that left the file empty gets the tail of its log instead: the
+last 80 lines, then the last 2048 bytes of those, without the CRI log framing.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import secrets
+import stat
 from pathlib import Path
 
 from cri import types as t
+from nodeagent import hostpaths
 from nodeagent import labels as L
 
 MAX_MESSAGE_BYTES = 4096  # MaxContainerTerminationMessageLength
 MAX_LOG_LINES = 80  # MaxContainerTerminationMessageLogLines
 MAX_LOG_BYTES = 2048  # MaxContainerTerminationMessageLogLength
 MAX_POD_MESSAGE_BYTES = 12 * 1024  # MaxPodTerminationMessageLogLength, split across containers
+_FILE_NAME = re.compile(r"[0-9a-f]{8}")  # what create_message_file names them
 
 
 def create_message_file(pod_dir: Path, container: str) -> Path:
-    directory = pod_dir / "containers" / container
+    directory = hostpaths.container_dir(pod_dir, container)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / secrets.token_hex(4)
-    path.touch()
+    # Exclusive and not through a symlink: the file is new, and the agent's own.
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666))
     os.chmod(path, 0o666)  # explicitly: the umask would take write access from other users
     return path
 
@@ -36,14 +43,14 @@ def message_mount(path: Path, container_path: str) -> t.Mount:
     return t.Mount(container_path=container_path, host_path=str(path))
 
 
-def read_message(status: t.ContainerStatus) -> str:
+def read_message(status: t.ContainerStatus, pod_dir: Path) -> str:
     """The termination message of an exited instance, joined to the runtime's own message the
     kubelet's way (``runtime message: termination message``)."""
     path = status.annotations.get(L.CONTAINER_TERMINATION_MESSAGE_PATH, "/dev/termination-log")
     policy = status.annotations.get(L.CONTAINER_TERMINATION_MESSAGE_POLICY, "File")
     # A container that could not even start has no logs to fall back to.
     fallback = policy == "FallbackToLogsOnError" and status.exit_code != 0 and status.reason != "ContainerCannotRun"
-    message, check_logs = _from_file(status, path, fallback)
+    message, check_logs = _from_file(status, pod_dir, path, fallback)
     if check_logs:
         message = _from_log(status.log_path)
     if message and status.message:
@@ -51,27 +58,55 @@ def read_message(status: t.ContainerStatus) -> str:
     return message or status.message
 
 
-def _from_file(status: t.ContainerStatus, container_path: str, fallback: bool) -> tuple[str, bool]:
+def own_message_file(status: t.ContainerStatus, pod_dir: Path, container_path: str) -> Path | None:
+    """The host side of the instance's message mount: the file :func:`create_message_file`
+    made for this container. The kubelet reads whatever mount sits at the message path; a
+    volume (a subPath) mounted there too would be a path the container can redirect with a
+    symlink, so only a file in the container's own directory counts."""
+    try:
+        directory = hostpaths.container_dir(pod_dir, status.metadata.name)
+    except hostpaths.UnsafeName:
+        return None
+    for mount in status.mounts:
+        host = Path(mount.host_path)
+        if mount.container_path == container_path and host.parent == directory and _FILE_NAME.fullmatch(host.name):
+            return host
+    return None
+
+
+def _from_file(status: t.ContainerStatus, pod_dir: Path, container_path: str, fallback: bool) -> tuple[str, bool]:
     if not container_path:
         return "", fallback
-    for mount in status.mounts:
-        if mount.container_path != container_path:
-            continue
-        try:
-            data = _tail_bytes(Path(mount.host_path), MAX_MESSAGE_BYTES)
-        except FileNotFoundError:
-            return "", fallback
-        except OSError as exc:
-            return f"Error on reading termination log {mount.host_path}: {exc}", False
-        return data.decode(errors="replace"), fallback and not data
-    return "", fallback
+    file = own_message_file(status, pod_dir, container_path)
+    if file is None:
+        return "", fallback
+    try:
+        data = _tail_own(pod_dir, file.relative_to(pod_dir), MAX_MESSAGE_BYTES)
+    except FileNotFoundError:
+        return "", fallback
+    except OSError as exc:
+        return f"Error on reading termination log {file}: {exc}", False
+    return data.decode(errors="replace"), fallback and not data
 
 
-def _tail_bytes(path: Path, limit: int) -> bytes:
-    with path.open("rb") as f:
-        size = f.seek(0, os.SEEK_END)
-        f.seek(max(0, size - limit))
-        return f.read()
+def _tail_own(pod_dir: Path, relative: Path, limit: int) -> bytes:
+    """The last ``limit`` bytes of a regular file under the pod directory, reached without
+    following a symlink below it (and without blocking on a FIFO)."""
+    fd = os.open(pod_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in relative.parts[:-1]:
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        child = os.open(relative.parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(child, "rb") as f:
+        info = os.fstat(child)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        f.seek(max(0, info.st_size - limit))
+        return f.read(limit)
 
 
 def _from_log(log_path: str) -> str:

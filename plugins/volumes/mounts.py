@@ -1,16 +1,16 @@
 """A container's volumeMounts to CRI mounts (kubelet_pods.go makeMounts): the volume's host
-path, or a subPath inside it (created with the volume's mode when missing, and never allowed
-to leave the volume), readOnly, and mount propagation."""
+path, or — for a subPath, or a hostPath with a type — what the runtime stage binds safely at
+each container start (nodeagent/volumebind.py), readOnly, and mount propagation."""
 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from cri import types as t
+from nodeagent.additions import VolumeBind
 from nodeagent.model import Container, VolumeMount
 from plugins.runtime.env import expand
 
@@ -31,6 +31,8 @@ class PreparedVolume:
     host_path: Path
     read_only: bool = False
     """Volumes the kubelet always mounts read-only (downwardAPI)."""
+    host_path_type: str | None = None
+    """A hostPath volume's type ("" for none); None for the volumes under the pod directory."""
 
 
 def sub_path_of(mount: VolumeMount, env: Mapping[str, str]) -> str:
@@ -52,43 +54,39 @@ def sub_path_of(mount: VolumeMount, env: Mapping[str, str]) -> str:
     return expanded
 
 
-def _sub_path(volume: Path, sub: str) -> Path:
+def _check_sub_path(sub: str) -> None:
+    """What the spec alone can tell (makeMounts): the rest — symlinks, missing directories — is
+    decided on the volume itself at each container start (nodeagent/volumebind.py)."""
     if os.path.isabs(sub):
         raise MountConfigError(f"error SubPath `{sub}` must not be an absolute path")
     if ".." in sub.split("/"):
         raise MountConfigError(f"unable to provision SubPath `{sub}`: must not contain '..'")
-    path = volume / sub
-    if not path.exists() and not path.is_symlink():
-        # Created now, with the volume's mode, so that the runtime does not create it later
-        # with its own (the kubelet's reason too).
-        path.mkdir(mode=stat.S_IMODE(volume.stat().st_mode), parents=True, exist_ok=True)
-        os.chmod(path, stat.S_IMODE(volume.stat().st_mode))
-    real, root = path.resolve(), volume.resolve()
-    if real != root and root not in real.parents:
-        # A symlink inside the volume must not lead the bind mount out of it.
-        raise MountConfigError(f"subpath {sub!r} of volume {volume} resolves outside the volume")
-    return real
 
 
 def container_mounts(container: Container, volumes: Mapping[str, PreparedVolume | None],
-                     env: Mapping[str, str]) -> list[t.Mount]:
+                     env: Mapping[str, str]) -> list[t.Mount | VolumeBind]:
     """``volumes`` maps every volume of the pod to its prepared form, or to None for a volume
-    nodeagent does not implement (its mounts are skipped; the field is reported unhonoured)."""
-    mounts: list[t.Mount] = []
-    for vm in container.volume_mounts:
+    this caller does not set up (its mounts are skipped: another stage's, or a source nodeagent
+    does not implement and reports unhonoured). A subPath, and a hostPath with a type, become a
+    :class:`VolumeBind` that the runtime stage binds at each start of the container; the rest
+    are mounts by path (directories only the agent writes, or an unchecked hostPath)."""
+    mounts: list[t.Mount | VolumeBind] = []
+    for index, vm in enumerate(container.volume_mounts):
         if vm.name not in volumes:
             raise MountConfigError(f"cannot find volume \"{vm.name}\" to mount into container \"{container.name}\"")
         prepared = volumes[vm.name]
         if prepared is None:
             continue
-        host_path = prepared.host_path
         sub = sub_path_of(vm, env)
         if sub:
-            host_path = _sub_path(host_path, sub)
-        mounts.append(t.Mount(
-            container_path=vm.mount_path,
-            host_path=str(host_path),
-            readonly=vm.read_only or prepared.read_only,
-            propagation=_PROPAGATION[vm.mount_propagation],
-        ))
+            _check_sub_path(sub)
+        readonly = vm.read_only or prepared.read_only
+        propagation = _PROPAGATION[vm.mount_propagation]
+        if sub or prepared.host_path_type:
+            mounts.append(VolumeBind(volume=vm.name, index=index, volume_path=str(prepared.host_path), sub_path=sub,
+                                     host_path_type=prepared.host_path_type, container_path=vm.mount_path,
+                                     readonly=readonly, propagation=propagation))
+            continue
+        mounts.append(t.Mount(container_path=vm.mount_path, host_path=str(prepared.host_path), readonly=readonly,
+                              propagation=propagation))
     return mounts

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from nodeagent import quantity
+from nodeagent import quantity, volumebind
 from nodeagent.model import (
     Container,
     DownwardAPIVolumeSource,
@@ -76,36 +76,12 @@ async def setup_empty_dir(path: Path, volume: EmptyDirVolumeSource, pod: Pod, al
 
 def check_host_path(volume: HostPathVolumeSource) -> None:
     """checkType: create for the *OrCreate types, then require the kind of file the type names,
-    with the kubelet's messages."""
-    path = Path(volume.path)
-    kind = volume.type
-    if kind == "":
-        return  # no check: whatever is (or is not) there is mounted
-    if kind == "DirectoryOrCreate" and not path.exists():
-        path.mkdir(mode=0o755, parents=True, exist_ok=True)
-        return
-    if kind == "FileOrCreate" and not path.exists():
-        try:
-            path.touch(mode=0o644)  # the parent directory is not created, as in the kubelet
-        except OSError as exc:
-            raise SetupError(f"hostPath type check failed: {path}: {exc.strerror}") from None
-        return
-    checks = {
-        "DirectoryOrCreate": (stat.S_ISDIR, "a directory"),
-        "Directory": (stat.S_ISDIR, "a directory"),
-        "FileOrCreate": (stat.S_ISREG, "a file"),
-        "File": (stat.S_ISREG, "a file"),
-        "Socket": (stat.S_ISSOCK, "a socket file"),
-        "CharDevice": (stat.S_ISCHR, "a character device"),
-        "BlockDevice": (stat.S_ISBLK, "a block device"),
-    }
-    test, what = checks[kind]
+    with the kubelet's messages. Checked on an opened descriptor (nodeagent/volumebind.py),
+    which every container start opens, checks and mounts again."""
     try:
-        mode = path.stat().st_mode
-    except OSError:
-        mode = 0
-    if not test(mode):
-        raise SetupError(f"hostPath type check failed: {path} is not {what}")
+        volumebind.check_host_path(volume.path, volume.type)
+    except volumebind.HostPathTypeError as exc:
+        raise SetupError(str(exc)) from None
 
 
 # --- downwardAPI ---------------------------------------------------------------------------

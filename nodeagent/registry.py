@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from nodeagent import facts
 from nodeagent.errors import PluginError
 from nodeagent.stages import PHASE_BASES, PHASE_SPECS, AgentHandle, Phase, Stage, phases_of
 
@@ -158,7 +159,11 @@ def resolve(
         chain = configured[source]
         order[phase] = tuple(reversed(chain)) if reverse else tuple(chain)
     used = {s.name for chain in order.values() for s in chain}
-    return Pipeline(stages={n: s for n, s in available.items() if n in used}, order=order)
+    stages = {n: s for n, s in available.items() if n in used}
+    problems = facts.missing_providers(stages)
+    if problems:
+        raise PluginError("; ".join(problems) + f" (stages in the profile: {sorted(stages)})")
+    return Pipeline(stages=stages, order=order)
 
 
 def load(

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from nodeagent.clock import Clock
 from nodeagent.events import Event, PodRef
+from nodeagent.facts import Fact, FactAccess
 from nodeagent.model import Pod
 from nodeagent.stash import Stash
 
@@ -187,6 +188,7 @@ class PodContext(Protocol):
     runtime: RuntimeClient
     clock: Clock
     stash: Stash
+    """What this stage keeps about the pod for itself (nobody else reads it)."""
     node: NodeInfo
     log: Any
     """A structlog logger bound to the pod and ``stage=``."""
@@ -209,6 +211,10 @@ class PodContext(Protocol):
     def api(self) -> Any:
         """The Kubernetes API client (lightkube AsyncClient) in cluster mode; None standalone.
         Stages that read API objects (configMaps, secrets, claims) use it; none opens its own."""
+
+    @property
+    def facts(self) -> FactAccess:
+        """The pod's shared facts this stage declared (``provides``, ``requires``, ``uses``)."""
 
     @property
     def pod_dir(self) -> Path:
@@ -247,9 +253,17 @@ class PodContext(Protocol):
 
 
 class Stage(ABC):
-    """Base of every stage plugin. ``name`` = entry-point name = config section = log ``stage=``."""
+    """Base of every stage plugin. ``name`` = entry-point name = config section = log ``stage=``.
+
+    ``provides`` / ``requires`` / ``uses``: the per-pod facts (nodeagent.facts) the stage
+    publishes, cannot work without, and reads when they are there. The registry checks that
+    every required fact has a provider in the profile; ``ctx.facts`` lets a stage touch only
+    what it declared."""
 
     name: ClassVar[str]
+    provides: ClassVar[tuple[Fact[Any], ...]] = ()
+    requires: ClassVar[tuple[Fact[Any], ...]] = ()
+    uses: ClassVar[tuple[Fact[Any], ...]] = ()
 
 
 class Admit(Stage):

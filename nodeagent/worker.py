@@ -22,6 +22,7 @@ from nodeagent import events as ev
 from nodeagent import hostpaths
 from nodeagent.admission import AdmissionCycle
 from nodeagent.clock import Clock
+from nodeagent.facts import PodFacts
 from nodeagent.lifecycle import Lifecycle, PodState, Trigger
 from nodeagent.model import Pod, unhonoured_fields
 from nodeagent.pipeline import Answer, PhaseRunner, RetryBudget
@@ -101,6 +102,9 @@ class StageContext:
         self.clock = services.clock
         self.node = services.node
         self.stash = worker.stash
+        declared = services.pipeline.stages.get(stage)
+        self.facts = worker.facts.access(stage, getattr(declared, "provides", ()),
+                                         (*getattr(declared, "requires", ()), *getattr(declared, "uses", ())))
         self._status = services.status.reporter(worker.ref.uid)
         self.log = log.bind(pod=str(worker.ref), uid=worker.ref.uid, stage=stage)
 
@@ -168,6 +172,8 @@ class PodWorker:
         self.services = services
         self.cause = cause
         self.stash = Stash()
+        self.facts = PodFacts()
+        """What stages share about the pod (nodeagent.facts), declared by each."""
         self.budget = RetryBudget()
         """Unexpected stage failures so far: a stage that keeps failing fails the pod."""
         self.lifecycle = Lifecycle()

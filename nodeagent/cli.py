@@ -53,6 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from nodeagent import logs
     from nodeagent.agent import run_forever
+    from nodeagent.config import ConfigError
     from nodeagent.errors import PluginError
 
     config = _config(args)
@@ -61,6 +62,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         anyio.run(run_forever, config, args.verbose)
     except PluginError as exc:
         print(f"nodeagent: plugin configuration error: {exc}", file=sys.stderr)
+        return 2
+    except ConfigError as exc:  # e.g. a kubelet API without any authentication
+        print(f"nodeagent: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

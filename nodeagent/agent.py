@@ -31,6 +31,7 @@ from nodeagent.cluster.node import architecture
 from nodeagent.config import AgentConfig
 from nodeagent.dispatcher import Dispatcher
 from nodeagent.endpoint import Routes, serve
+from nodeagent.fdlimit import raise_to_hard_limit
 from nodeagent.kubeletserver import KubeletServer
 from nodeagent.kubeletserver import enabled as kubelet_server_enabled
 from nodeagent.lifecycle import PodState
@@ -140,7 +141,12 @@ class Agent:
         self.pipeline: Pipeline | None = None
         self.dispatcher: Dispatcher | None = None
         self.endpoint_port: int | None = None
-        self.kubelet_server: KubeletServer | None = None
+        # Built here, not when it starts: a kubelet API the configuration cannot secure
+        # (no authenticator, a webhook without an API client) stops the agent before it runs.
+        self.kubelet_server: KubeletServer | None = (
+            KubeletServer(config, status=self.status, relister=self.relister, runtime=self.runtime,
+                          healthz=self.healthz, api=self.api)
+            if kubelet_server_enabled(config) else None)
         """The kubelet API (its ``port`` is where it listens, once it does)."""
         self.ready = anyio.Event()
 
@@ -175,6 +181,7 @@ class Agent:
         # Pod directories hold secrets and tokens: no other user of the host may reach them.
         ensure_private_dir(self.config.root_dir)
         ensure_private_dir(self.config.root_dir / "pods")
+        raise_to_hard_limit()
         try:
             async with anyio.create_task_group() as tg:
                 sup = self.supervisor = Supervisor(tg, offer=self.bus.offer, clock=self.clock)
@@ -203,9 +210,7 @@ class Agent:
                 self._register_gauges()
                 if self.config.healthz_port:
                     self.endpoint_port = await sup.start(self._serve, name="endpoint")
-                if kubelet_server_enabled(self.config):
-                    self.kubelet_server = KubeletServer(self.config, status=self.status, relister=self.relister,
-                                                        runtime=self.runtime, healthz=self.healthz)
+                if self.kubelet_server is not None:
                     await sup.start(self.kubelet_server.run, name="kubelet-server")
                 sources: list[PodSource] = []
                 if self.config.static_pod_path is not None:
@@ -321,6 +326,8 @@ class Agent:
         self.metrics.gauges["nodeagent_bus_queue_depth"] = depth
         if self.supervisor is not None:
             self.metrics.collectors.append(self.supervisor.render_metrics)
+        if self.kubelet_server is not None:
+            self.metrics.collectors.append(self.kubelet_server.render_metrics)
         # A stage's own series (the gang stage's nodeagent_gang_*), rendered by the stage.
         for stage in (self.pipeline.stages.values() if self.pipeline else ()):
             render = getattr(stage, "render_metrics", None)

@@ -24,7 +24,7 @@ from controlplane.pki import PKI
 from cri import types as t
 from nodeagent import logreader as lr
 from nodeagent.kubeletserver import containerlogs as cl
-from nodeagent.kubeletserver.listener import ConnectionLimit, Slot, accept_loop
+from nodeagent.listener import ConnectionLimit, Slot, accept_loop
 from tests.agent_helpers import pod_manifest, running_agent, wait_for
 from tests.test_kubelet_server import _client_context, _exec_path, _free_port, _get, _log_followers, _websocket
 

@@ -38,7 +38,7 @@ from nodeagent.config import AgentConfig
 from nodeagent.events import PodRef
 from nodeagent.kubeletserver import authn, authz, containerlogs, streams
 from nodeagent.kubeletserver.certs import server_context, serving_pair
-from nodeagent.kubeletserver.listener import MAX_CONNECTIONS, ConnectionLimit, Slot, accept_loop
+from nodeagent.listener import MAX_CONNECTIONS, ConnectionLimit, Slot, accept_loop
 from nodeagent.kubeletserver.wire import BadRequest, Request, StatusRecorder, read_request, respond
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod

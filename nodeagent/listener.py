@@ -1,4 +1,5 @@
-"""The accept loop of the kubelet API: a cap on connections, and accept errors survived.
+"""The accept loop of the agent's servers (the kubelet API, the local endpoint): a cap on
+connections, and accept errors survived.
 
 anyio's ``Listener.serve`` ends (raises) on the first accept error; out of file descriptors
 (EMFILE, ENFILE) or buffers that would stop the kubelet API for good, and take the agent down
@@ -28,7 +29,7 @@ import anyio
 import structlog
 from anyio.abc import SocketListener, SocketStream, TaskGroup
 
-log = structlog.get_logger("nodeagent.kubeletserver")
+log = structlog.get_logger("nodeagent.listener")
 
 MAX_CONNECTIONS = 1024
 CONNECTION_DEADLINE_SECONDS = 4 * 3600.0
@@ -126,7 +127,7 @@ async def accept_loop(listener: SocketListener, handler: Callable[[SocketStream,
             now = time.monotonic()
             if now - last_logged >= ACCEPT_ERROR_LOG_EVERY_SECONDS:
                 last_logged = now
-                log.error("kubelet API: accept failed; retrying", error=str(exc), retry_in=delay,
+                log.error("accept failed; retrying", error=str(exc), retry_in=delay,
                           accept_errors=limit.counters.accept_errors, connections=limit.open)
             await anyio.sleep(delay)
             continue
@@ -144,7 +145,7 @@ async def _serve_one(raw: SocketStream, slot: Slot, handler: Callable[[SocketStr
         with slot.scope:
             await handler(raw, slot)
     except Exception:  # one connection must never take the listener (and the agent) down
-        log.exception("kubelet API connection failed")
+        log.exception("connection failed")
     finally:
         limit.release(slot)
         await _close(raw)

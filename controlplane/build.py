@@ -58,6 +58,9 @@ EXTRA_COMPONENTS: dict[str, tuple[Path, str, str]] = {
     "ginkgo": (E2E_MODULE, "github.com/onsi/ginkgo/v2/ginkgo", "build"),
     # the upstream kubelet: the baseline node of `python -m conformance.e2e run --node kubelet`
     "kubelet": (E2E_MODULE, "k8s.io/kubernetes/cmd/kubelet", "build"),
+    # kubeadm, for what it writes for a kubelet (tests/test_kubeadm_config.py), from its own module
+    # (conformance/k8s/kubeadm): most of its packages are the control plane's, in Go's build cache
+    "kubeadm": (GO_MODULE / "kubeadm", "k8s.io/kubernetes/cmd/kubeadm", "build"),
 }
 
 # Go's own compiler/linker peak for these packages is about 2-3 GiB per job
@@ -201,8 +204,8 @@ def build(names: list[str] | None = None, *, version: str = K8S_VERSION,
     if shutil.which("go") is None:
         raise BuildError("go is not on PATH (see ../shared/ENVIRONMENT.md)")
     _check_pin()
-    if any(n in EXTRA_COMPONENTS for n in names):
-        _check_pin(E2E_MODULE)
+    for module in {EXTRA_COMPONENTS[n][0] for n in names if n in EXTRA_COMPONENTS}:
+        _check_pin(module)
     env = go_env()
     go_version = _go_version(env)
     out_dir = bin_dir(version)

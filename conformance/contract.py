@@ -49,7 +49,7 @@ from conformance.harness import (
     open_harness,
 )
 from nodeagent.model import Pod
-from nodeagent.registry import CONFIGURABLE, discover, load, validate_stage
+from nodeagent.registry import CONFIGURABLE, configuration, create, discover, load, load_factory
 from nodeagent.stages import PHASE_SPECS, Phase, Result, Verdict, phases_of
 
 CANCEL_DELAYS: tuple[float, ...] = (0.0, 0.01, 0.05, 0.2)
@@ -95,8 +95,9 @@ class StageContract:
     async def test_loads_through_entry_point(self, harness: Harness) -> None:
         eps = discover()
         assert self.plugin in eps, f"no entry point {self.plugin!r} in group nodeagent.plugins"
-        factory = eps[self.plugin].load()
-        stage = validate_stage(self.plugin, factory(dict(self.config), harness.handle))
+        factory = load_factory(self.plugin, eps[self.plugin])
+        # The registry's own path: the section validated by the plugin's model, then the factory.
+        stage = create(self.plugin, factory, configuration(self.plugin, factory, self.config), harness.handle)
         declared = getattr(factory, "stage_class", None)
         assert declared is None or declared is type(stage), (
             f"{eps[self.plugin].value}.stage_class is {declared!r} but the factory returns "

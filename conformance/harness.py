@@ -52,10 +52,11 @@ from nodeagent.admission import AdmissionCycle
 from nodeagent.agent import node_allocatable
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.config import AgentConfig
+from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.events import Event, PodRef
 from nodeagent.model import Pod
 from nodeagent.pleg import Relister
-from nodeagent.registry import CONFIGURABLE, Pipeline, discover, resolve, validate_stage
+from nodeagent.registry import CONFIGURABLE, Pipeline, configuration, create, discover, load_factory, resolve
 from nodeagent.stages import (
     Admit,
     Cleanup,
@@ -203,8 +204,8 @@ class _Handle:
     """The harness runs standalone: no Kubernetes API."""
 
     @property
-    def settings(self) -> AgentConfig:
-        return self.config
+    def settings(self) -> NodeConfig:
+        return self.config.node_config()
 
     async def publish(self, event: Event) -> None:
         await self.publish_to(event)
@@ -406,8 +407,8 @@ def _instantiate(plugin: str, config: Mapping[str, Any], handle: _Handle) -> Sta
             f"no plugin {plugin!r} in entry-point group nodeagent.plugins (installed: {sorted(eps)}); "
             "is its package installed (pip install -e .)?"
         )
-    factory = eps[plugin].load()
-    return validate_stage(plugin, factory(dict(config), handle))
+    factory = load_factory(plugin, eps[plugin])
+    return create(plugin, factory, configuration(plugin, factory, config), handle)
 
 
 def _pipeline(stage: Stage) -> Pipeline:
@@ -436,6 +437,7 @@ async def open_harness(endpoint: str, directory: Path, plugin: str,
         pod_logs_dir=directory / "logs",
         container_logs_symlink_dir=directory / "containers",
         healthz_port=0,
+        node_ip="127.0.0.1",
         profile={},
         plugins={plugin: plugin_config},
     )
@@ -458,7 +460,8 @@ async def open_harness(endpoint: str, directory: Path, plugin: str,
         status = StatusWriter([], host_ip=config.node_ip)
         admission = AdmissionCycle(pipeline, node)
         services = Services(
-            runtime=cast(RuntimeClient, calls), clock=clock, node=node, settings=config, relister=relister,
+            runtime=cast(RuntimeClient, calls), clock=clock, node=node, settings=config.node_config(),
+            relister=relister,
             status=status, publish=publish, admission=admission, pipeline=pipeline, root_dir=config.root_dir,
         )
         harness = Harness(plugin, plugin_config, config, node, runtime, calls, handle, stage, pipeline,

@@ -7,6 +7,7 @@ outlives the agent and a failure anywhere is seen here.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -27,7 +28,11 @@ from nodeagent.bus import TOPOLOGY, Bus, consume
 from nodeagent.claims import ClaimStore
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.cluster import ClusterMode
-from nodeagent.cluster.node import architecture
+from nodeagent.certificates.client import ClientCertificates
+from nodeagent.certificates.client import prepare as prepare_client_certificates
+from nodeagent.certificates.manager import CertificateManager
+from nodeagent.certificates.serving import serving_certificates
+from nodeagent.cluster.node import node_labels
 from nodeagent.config import AgentConfig
 from nodeagent.dispatcher import Dispatcher
 from nodeagent.endpoint import Routes, serve
@@ -35,7 +40,10 @@ from nodeagent.fdlimit import raise_to_hard_limit
 from nodeagent.kubeletserver import KubeletServer
 from nodeagent.kubeletserver import enabled as kubelet_server_enabled
 from nodeagent.lifecycle import PodState
+from nodeagent.kubeletconfig.node import NodeConfig
+from nodeagent.kubeletconfig.support import support_of
 from nodeagent.metrics import Metrics
+from nodeagent.nodeip import node_ips
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline, load
 from nodeagent.sources.static import StaticPodSource
@@ -52,14 +60,24 @@ _EVENT_LOG = structlog.get_logger("nodeagent.events")
 # The kubelet's default hard eviction threshold for memory is subtracted from allocatable.
 EVICTION_HARD_MEMORY = 100 * 2**20
 RUNTIME_CONNECT_RETRY_MAX = 10.0
+UNSUPPORTED_REASON = "NodeAgentConfigurationUnsupported"
+"""The Node Event that lists the KubeletConfiguration fields nodeagent does not honour."""
 CONNECT_ATTEMPT_SECONDS = 3.0
+
+
+def max_pods(config: AgentConfig) -> int:
+    """maxPods, or podsPerCore x cores when that is smaller (the kubelet's pods capacity)."""
+    pods = config.kubelet.max_pods
+    if config.kubelet.pods_per_core > 0:
+        pods = min(pods, config.kubelet.pods_per_core * (os.cpu_count() or 1))
+    return pods
 
 
 def node_allocatable(config: AgentConfig) -> dict[str, int]:
     """capacity − kubeReserved − systemReserved − hard eviction, like the kubelet."""
-    capacity = {"cpu": (os.cpu_count() or 1) * 1000, "memory": _mem_total(), "pods": config.max_pods}
+    capacity = {"cpu": (os.cpu_count() or 1) * 1000, "memory": _mem_total(), "pods": max_pods(config)}
     allocatable = dict(capacity)
-    for reserved in (config.kube_reserved, config.system_reserved):
+    for reserved in (config.kubelet.kube_reserved or {}, config.kubelet.system_reserved or {}):
         for res, value in reserved.items():
             if res in allocatable:
                 allocatable[res] -= quantity.base_units(res, value)
@@ -93,51 +111,61 @@ class Handle:
     runtime: RuntimeClient
     clock: Clock
     node: NodeInfo
-    config: AgentConfig
+    settings: NodeConfig
+    """The node's configuration, read-only (the kubelet's fields; a stage's own are its model)."""
     bus: Bus
     claims: ClaimStore
     """The ResourceClaims the sources know (read by the dra stage)."""
     api: Any = None
     """The API client (lightkube AsyncClient) in cluster mode; None when standalone."""
 
-    @property
-    def settings(self) -> AgentConfig:
-        return self.config
-
     async def publish(self, event: ev.Event) -> None:
         await self.bus.publish(event)
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, *, clock: Clock | None = None, verbose: bool = True) -> None:
+    def __init__(self, config: AgentConfig, *, clock: Clock | None = None, verbose: bool = True,
+                 certificates: ClientCertificates | None = None) -> None:
+        """``certificates``: the node's rotating client certificate (TLS bootstrap); the API
+        client presents whatever it holds, so a renewal reaches new connections at once."""
         self.config = config
+        self.settings = config.node_config()
         self.verbose = verbose
         self.clock = clock or SystemClock()
         self.bus = Bus(TOPOLOGY, cluster=config.kubeconfig is not None)
         self.supervisor: Supervisor | None = None
         """Runs every long-lived task (set when the agent runs)."""
-        self.runtime = RuntimeClient(config.container_runtime_endpoint, timeout=config.runtime_request_timeout)
-        self.api: Any = make_api_client(config.kubeconfig) if config.kubeconfig else None
+        kubelet = config.kubelet
+        self.runtime = RuntimeClient(kubelet.container_runtime_endpoint, timeout=kubelet.runtime_request_timeout)
+        self.certificates = certificates
+        self.api: Any = (make_api_client(config.kubeconfig, ssl_context=certificates.context if certificates else None)
+                         if config.kubeconfig else None)
+        ips = node_ips(config.flags.node_ip, config.node_name, config.flags.hostname_override)
         self.node = NodeInfo(
             name=config.node_name,
-            ip=config.node_ip,
+            ip=ips[0],
             allocatable=node_allocatable(config),
-            labels={"kubernetes.io/hostname": config.node_name, "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": architecture()},
+            labels=node_labels(config.node_name, config.flags.node_labels),
+            ips=tuple(ips),
         )
         self.metrics = Metrics()
-        self.trace = Trace(config.trace_file)
+        self.trace = Trace(config.agent.trace_file)
         self.relister = Relister(self.runtime, config.node_name, self.bus.publish,
                                  on_relist=self.metrics.relist.observe)
         # Cluster mode: Node, Lease, API pod source, API status sink, mirror pods, Events.
         self.cluster = (ClusterMode(self.api, config, self.node, self.runtime, self.relister, self.bus, self.clock,
-                                    kubelet_port=lambda: getattr(self.kubelet_server, "port", None) or config.port)
+                                    kubelet_port=lambda: getattr(self.kubelet_server, "port", None) or kubelet.port)
                         if self.api is not None else None)
         sinks: list[StatusSink] = [FileSink(config.root_dir / "pod-status")]
         if self.cluster is not None:
             sinks.append(self.cluster.status_sink)
-        self.status = StatusWriter(sinks, host_ip=config.node_ip, contain=self._contain)
+        self.status = StatusWriter(sinks, host_ip=self.node.ip, contain=self._contain)
         self.claims = ClaimStore()
+        if certificates is not None and certificates.manager is not None:
+            certificates.manager.api = lambda: self.api  # renewals go through the node's own client
+        self.serving = (serving_certificates(config, self.node, lambda: self.api, self.clock)
+                        if self.api is not None and kubelet.server_tls_bootstrap else None)
+        """serverTLSBootstrap: the kubelet API's certificate from kubernetes.io/kubelet-serving CSRs."""
         self.pipeline: Pipeline | None = None
         self.dispatcher: Dispatcher | None = None
         self.endpoint_port: int | None = None
@@ -145,7 +173,7 @@ class Agent:
         # (no authenticator, a webhook without an API client) stops the agent before it runs.
         self.kubelet_server: KubeletServer | None = (
             KubeletServer(config, status=self.status, relister=self.relister, runtime=self.runtime,
-                          healthz=self.healthz, api=self.api)
+                          healthz=self.healthz, api=self.api, node=self.node, serving=self.serving)
             if kubelet_server_enabled(config) else None)
         """The kubelet API (its ``port`` is where it listens, once it does)."""
         self.ready = anyio.Event()
@@ -158,7 +186,7 @@ class Agent:
             log.error("task failed before the supervisor started", task=task, error=repr(exc))
 
     def load_pipeline(self) -> Pipeline:
-        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.claims, api=self.api)
+        handle = Handle(self.runtime, self.clock, self.node, self.settings, self.bus, self.claims, api=self.api)
         pipeline, warnings = load(self.config.profile, self.config.plugins, handle)
         for warning in warnings:
             log.warning(warning)
@@ -190,6 +218,9 @@ class Agent:
                 self._subscribe(sup, "metrics", self.metrics.count)
                 if self.cluster is not None:
                     await self.cluster.start(sup)  # registers the Node even while the runtime is down
+                self._report_unsupported()
+                for manager in self._certificate_managers():
+                    await sup.start(manager.run, name=f"certificate:{manager.name}")
                 await self._connect_runtime()
                 await sup.start(self.relister.run, name="pleg")
                 await sup.start(self.status.run, name="status")
@@ -198,7 +229,7 @@ class Agent:
                     if node_task is not None:
                         await sup.start(node_task, name=f"stage:{stage.name}")
                 services = Services(
-                    runtime=self.runtime, clock=self.clock, node=self.node, settings=self.config,
+                    runtime=self.runtime, clock=self.clock, node=self.node, settings=self.settings,
                     relister=self.relister, status=self.status, publish=self.bus.publish, api=self.api,
                     admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,
                     root_dir=self.config.root_dir,
@@ -208,14 +239,15 @@ class Agent:
                 self.dispatcher = Dispatcher(services, tg, contain=sup.contain)
                 self._subscribe(sup, "dispatcher", self.dispatcher.handle)
                 self._register_gauges()
-                if self.config.healthz_port:
+                if self.config.kubelet.healthz_port:
                     self.endpoint_port = await sup.start(self._serve, name="endpoint")
                 if self.kubelet_server is not None:
                     await sup.start(self.kubelet_server.run, name="kubelet-server")
                 sources: list[PodSource] = []
-                if self.config.static_pod_path is not None:
-                    source = StaticPodSource(self.config.static_pod_path, self.config.node_name, self.bus.publish,
-                                             full_rescan_seconds=self.config.file_check_frequency,
+                if self.config.kubelet.static_pod_path:
+                    source = StaticPodSource(Path(self.config.kubelet.static_pod_path), self.config.node_name,
+                                             self.bus.publish,
+                                             full_rescan_seconds=self.config.kubelet.file_check_frequency,
                                              claims=self.claims)
                     await sup.start(source.run, name="source:file")
                     sources.append(source)
@@ -235,13 +267,31 @@ class Agent:
             self.bus.close()
             self.trace.close()
 
+    def _certificate_managers(self) -> list[CertificateManager]:
+        managers = [self.serving] if self.serving is not None else []
+        if self.certificates is not None and self.certificates.manager is not None:
+            managers.insert(0, self.certificates.manager)
+        return managers
+
+    def _report_unsupported(self) -> None:
+        """KubeletConfiguration fields set to what nodeagent does not do: said once, at start (a
+        warning each; in cluster mode one Warning Event on the Node)."""
+        fields = self.config.unsupported_fields()
+        for path, value in fields.items():
+            log.warning("KubeletConfiguration field not honoured by nodeagent", field=path, value=value,
+                        behaviour=support_of(path).note)
+        if fields and self.cluster is not None:
+            listed = "; ".join(f"{path}={json.dumps(value)} ({support_of(path).note})" for path, value in fields.items())
+            self.cluster.events.record_node("Warning", UNSUPPORTED_REASON,
+                                            f"KubeletConfiguration fields nodeagent does not honour: {listed}"[:1024])
+
     def _subscribe(self, sup: Supervisor, name: str, handle: Callable[[ev.Event], Awaitable[None] | None]) -> None:
         """A bus subscriber under the supervisor; a fact it fails on is reported and skipped."""
         sup.start_soon(consume, self.bus.stream(name), handle, lambda exc: sup.contain(name, exc), name=name)
 
     async def _connect_runtime(self) -> None:
         """A dead runtime socket is reported precisely and retried; the agent does not exit."""
-        endpoint = self.config.container_runtime_endpoint
+        endpoint = self.config.kubelet.container_runtime_endpoint
         delay = 0.5
         while True:
             message = ""
@@ -286,7 +336,8 @@ class Agent:
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         routes = Routes(healthz=self.healthz, metrics=self.metrics.render, pods=self.pods_table,
                         trace=self.trace.chain, plugins=self.plugins_info)
-        await serve(routes, self.config.healthz_bind_address, self.config.healthz_port, self._contain,
+        await serve(routes, self.config.kubelet.healthz_bind_address, self.config.kubelet.healthz_port or 0,
+                    self._contain,
                     task_status=_PortReport(self, task_status))
 
     def healthz(self) -> tuple[bool, str]:
@@ -328,6 +379,8 @@ class Agent:
             self.metrics.collectors.append(self.supervisor.render_metrics)
         if self.kubelet_server is not None:
             self.metrics.collectors.append(self.kubelet_server.render_metrics)
+        for manager in self._certificate_managers():
+            self.metrics.collectors.append(manager.render_metrics)
         # A stage's own series (the gang stage's nodeagent_gang_*), rendered by the stage.
         for stage in (self.pipeline.stages.values() if self.pipeline else ()):
             render = getattr(stage, "render_metrics", None)
@@ -356,8 +409,14 @@ class _PortReport:
 
 async def run_forever(config: AgentConfig, verbose: bool = False) -> None:
     """Run until SIGTERM or SIGINT. Stopping the agent leaves its pods running, as stopping the
-    kubelet does: the next agent adopts them."""
-    agent = Agent(config, verbose=verbose)
+    kubelet does: the next agent adopts them. With ``--bootstrap-kubeconfig`` (or
+    ``rotateCertificates``) the node's client certificate is had first (TLS bootstrap)."""
+    certificates = None
+    if config.kubeconfig is not None:
+        certificates = await prepare_client_certificates(
+            kubeconfig=config.kubeconfig, bootstrap_kubeconfig=config.flags.bootstrap_kubeconfig,
+            cert_dir=config.flags.pki_dir, node_name=config.node_name, rotate=config.kubelet.rotate_certificates)
+    agent = Agent(config, verbose=verbose, certificates=certificates)
     async with anyio.create_task_group() as tg:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             tg.start_soon(agent.run)

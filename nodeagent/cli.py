@@ -16,54 +16,97 @@ from nodeagent import __version__
 
 
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, help="YAML configuration file (KubeletConfiguration-style field names)")
-    p.add_argument("--static-pod-path", dest="staticPodPath", type=Path)
-    p.add_argument("--kubeconfig", dest="kubeconfig", type=Path, help="join a cluster as a node")
-    p.add_argument("--container-runtime-endpoint", dest="containerRuntimeEndpoint")
-    p.add_argument("--node-name", dest="nodeName")
-    p.add_argument("--node-ip", dest="nodeIP")
-    p.add_argument("--root-dir", dest="rootDir", type=Path)
-    p.add_argument("--pod-logs-dir", dest="podLogsDir", type=Path)
-    p.add_argument("--max-pods", dest="maxPods", type=int)
-    p.add_argument("--healthz-port", dest="healthzPort", type=int)
+    """nodeagent's own options; every other option is the kubelet's (``--kubeconfig``,
+    ``--node-ip``, ``--container-runtime-endpoint``, ``--max-pods``, ``--config-dir``, ...)."""
+    p.add_argument("--config", type=Path,
+                   help="a KubeletConfiguration, a NodeAgentConfiguration, both (two YAML documents), or "
+                        "nodeagent's earlier single-document format")
+    p.add_argument("--agent-config", type=Path, help="a NodeAgentConfiguration (nodeagent.io/v1alpha1)")
+    p.add_argument("--node-name", dest="nodeName", help="the node's name (the kubelet's --hostname-override)")
+    p.add_argument("--static-pod-path", dest="staticPodPath", type=Path, help="sets staticPodPath")
+    p.add_argument("--pod-logs-dir", dest="podLogsDir", type=Path, help="sets podLogsDir")
     p.add_argument("--log-format", dest="logFormat", choices=["console", "json"])
     p.add_argument("--trace-file", dest="traceFile", type=Path)
-    p.add_argument("-v", "--verbose", action="store_true", help="also log every bus event")
+    p.add_argument("--verbose", action="store_true", help="also log every bus event")
 
 
-_OVERRIDES = ("staticPodPath", "kubeconfig", "containerRuntimeEndpoint", "nodeName", "nodeIP", "rootDir", "podLogsDir",
-              "maxPods", "healthzPort", "logFormat", "traceFile")
+def _parser(prog: str, help: str) -> argparse.ArgumentParser:  # noqa: A002 - argparse's word
+    return argparse.ArgumentParser(prog=prog, description=help, allow_abbrev=False)
 
 
-def _config(args: argparse.Namespace) -> Any:
-    from nodeagent.config import ConfigError, load
+def _fail(message: str, code: int = 2) -> SystemExit:
+    print(f"nodeagent: {message}", file=sys.stderr)
+    return SystemExit(code)
 
-    overrides = {k: getattr(args, k, None) for k in _OVERRIDES}
-    if overrides.get("nodeIP") is not None:
-        overrides["node_ip"] = overrides.pop("nodeIP")
+
+def _config(args: argparse.Namespace, rest: list[str] | None = None) -> Any:
+    """The effective configuration of ``nodeagent run``-style arguments: nodeagent's options
+    and the kubelet's flags (``rest``)."""
+    from nodeagent.config import DEFAULT_ROOT_DIR, ConfigError, build, read_sources
+    from nodeagent.kubeletconfig import flags as kflags
+    from nodeagent.kubeletconfig.load import Origin
+
     try:
-        return load(args.config, overrides)
+        command = kflags.parse(list(rest or []), defaults={"root_dir": DEFAULT_ROOT_DIR})
+    except kflags.FlagError as exc:
+        raise _fail(f"failed to parse kubelet flag: {exc}") from None
+    if getattr(args, "nodeName", None):
+        command.flags = command.flags.model_copy(update={"hostname_override": args.nodeName})
+        command.given.add("hostname_override")
+    for field, flag in (("staticPodPath", "--static-pod-path"), ("podLogsDir", "--pod-logs-dir")):
+        value = getattr(args, field, None)
+        if value is not None:
+            command.config[field] = str(Path(value).absolute())
+            command.config_flags[field] = flag
+    try:
+        sources = read_sources(getattr(args, "config", None), getattr(args, "agent_config", None),
+                               strict_config=False)
+        for field in ("logFormat", "traceFile"):
+            value = getattr(args, field, None)
+            if value is not None:
+                sources.agent[field] = str(value)
+        config = build(command, sources)
     except ConfigError as exc:
-        print(f"nodeagent: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise _fail(str(exc)) from None
+    if config.assembled is not None:
+        for field in ("logFormat", "traceFile"):
+            if getattr(args, field, None) is not None:
+                config.assembled.origins[f"agent.{field}"] = Origin("flag", f"--{field}")
+    return config
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _parse_run(name: str, argv: list[str], help: str) -> tuple[argparse.Namespace, Any]:
+    p = _parser(f"nodeagent {name}", help)
+    _add_config_flags(p)
+    p.add_argument("-v", dest="v_short", action="store_true", help=argparse.SUPPRESS)
+    args, rest = p.parse_known_args(argv)
+    args.verbose = args.verbose or args.v_short
+    return args, _config(args, rest)
+
+
+def cmd_run(argv: list[str]) -> int:
+    args, config = _parse_run("run", argv, "run the agent (nodeagent's options and the kubelet's flags)")
+    return _run(config, verbose=args.verbose)
+
+
+def _run(config: Any, *, verbose: bool) -> int:
     import anyio
 
     from nodeagent import logs
     from nodeagent.agent import run_forever
+    from nodeagent.certificates.client import BootstrapError
     from nodeagent.config import ConfigError
     from nodeagent.errors import PluginError
+    from nodeagent.nodeip import NodeIPError
 
-    config = _config(args)
-    logs.configure(config.log_format, logging.DEBUG if args.verbose else logging.INFO)
+    verbose = verbose or config.kubelet.logging.verbosity >= 4
+    logs.configure(config.log_format, logging.DEBUG if verbose else logging.INFO)
     try:
-        anyio.run(run_forever, config, args.verbose)
+        anyio.run(run_forever, config, verbose)
     except PluginError as exc:
         print(f"nodeagent: plugin configuration error: {exc}", file=sys.stderr)
         return 2
-    except ConfigError as exc:  # e.g. a kubelet API without any authentication
+    except (ConfigError, NodeIPError, BootstrapError) as exc:  # e.g. a kubelet API without authentication
         print(f"nodeagent: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -71,15 +114,106 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_plugins(args: argparse.Namespace) -> int:
-    from nodeagent.registry import discover, installed_phases
+def cmd_kubelet(argv: list[str]) -> int:
+    """The kubelet's command line, unchanged: an installer's unit file works by pointing its
+    ExecStart at ``nodeagent kubelet`` (or the ``nodeagent-kubelet`` script)."""
+    from nodeagent.config import ConfigError, build, read_sources
+    from nodeagent.kubeletconfig import flags as kflags
 
-    config = _config(args)
+    agent_config = None
+    kept: list[str] = []
+    i = 0
+    while i < len(argv):  # --agent-config is nodeagent's, the only flag the kubelet lacks
+        arg = argv[i]
+        if arg == "--agent-config" and i + 1 < len(argv):
+            agent_config, i = Path(argv[i + 1]), i + 2
+            continue
+        if arg.startswith("--agent-config="):
+            agent_config = Path(arg.split("=", 1)[1])
+        else:
+            kept.append(arg)
+        i += 1
+    try:
+        command = kflags.parse(kept)
+    except kflags.FlagError as exc:
+        print(f"Error: failed to parse kubelet flag: {exc}", file=sys.stderr)
+        return 1
+    if command.help:
+        print("nodeagent kubelet: the kubelet's command line (v1.37), run by nodeagent\n\n"
+              "Usage:\n  nodeagent kubelet [flags]\n\n" + kflags.usage()
+              + "\n  --agent-config string  nodeagent's own NodeAgentConfiguration (not a kubelet flag)")
+        return 0
+    if command.version:
+        from nodeagent.cluster.node import KUBELET_VERSION
+
+        print(f"Kubernetes {KUBELET_VERSION}")
+        return 0
+    for warning in command.warnings:
+        print(warning, file=sys.stderr)
+    try:
+        sources = read_sources(command.flags.config, agent_config, strict_config=True)
+        config = build(command, sources, kubelet_defaults=True)
+    except ConfigError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    return _run(config, verbose=False)
+
+
+def cmd_config(argv: list[str]) -> int:
+    """``nodeagent config explain [run's arguments]``; ``--kubelet`` reads the kubelet's
+    command line instead (``nodeagent config explain --kubelet -- --config=... --kubeconfig=...``)."""
+    from nodeagent.kubeletconfig.explain import render
+
+    p = _parser("nodeagent config", "the effective configuration")
+    p.add_argument("action", choices=["explain"])
+    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.add_argument("--kubelet", action="store_true", help="the arguments are the kubelet's command line")
+    _add_config_flags(p)
+    args, rest = p.parse_known_args(argv)
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    if args.kubelet:
+        config = _kubelet_config(rest)
+    else:
+        config = _config(args, rest)
+    print(render(config, output=args.output))
+    return 0
+
+
+def _kubelet_config(argv: list[str]) -> Any:
+    from nodeagent.config import ConfigError, build, read_sources
+    from nodeagent.kubeletconfig import flags as kflags
+
+    try:
+        command = kflags.parse(argv)
+        return build(command, read_sources(command.flags.config, None, strict_config=True), kubelet_defaults=True)
+    except kflags.FlagError as exc:
+        raise _fail(f"failed to parse kubelet flag: {exc}", 1) from None
+    except ConfigError as exc:
+        raise _fail(str(exc), 1) from None
+
+
+def cmd_plugins(args: argparse.Namespace, config: Any) -> int:
+    from nodeagent.pluginconfig import describe
+    from nodeagent.registry import config_models, discover, installed_phases
+
     eps = discover()
     joined = installed_phases(eps.values())
+    models = config_models(eps.values())
     print("installed stage plugins (entry-point group nodeagent.plugins):")
     for name, ep in sorted(eps.items()):
         print(f"  {name:<16} {ep.value:<40} phases: {', '.join(joined[name])}")
+    print("\nconfiguration (the plugins.<name> section of the NodeAgentConfiguration; the kubelet's fields are"
+          " the KubeletConfiguration's):")
+    for name in sorted(eps):
+        model = models.get(name)
+        if model is None:
+            print(f"  {name}: (declares no model: its section is passed as it is)")
+            continue
+        lines = describe(model)
+        print(f"  {name} ({model.__name__}):")
+        for line in lines:
+            print(f"    {line}")
     print("\nresolved order (profile from the configuration; undo phases run in reverse):")
     from nodeagent.registry import CONFIGURABLE, ORDER_SOURCE
     from nodeagent.stages import Phase
@@ -154,8 +288,7 @@ def _age(seconds: float | None) -> str:
     return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h"
 
 
-def cmd_pods(args: argparse.Namespace) -> int:
-    config = _config(args)
+def cmd_pods(args: argparse.Namespace, config: Any) -> int:
     rows = _get(f"{config.endpoint_url}/pods")
     if args.output == "json":
         print(json.dumps(rows, indent=1))
@@ -168,8 +301,7 @@ def cmd_pods(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_trace(args: argparse.Namespace) -> int:
-    config = _config(args)
+def cmd_trace(args: argparse.Namespace, config: Any) -> int:
     chain = _get(f"{config.endpoint_url}/trace/{args.pod}")
     if args.output == "json":
         print(json.dumps(chain, indent=1))
@@ -187,11 +319,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_logs(args: argparse.Namespace) -> int:
+def cmd_logs(args: argparse.Namespace, config: Any) -> int:
     """A container's log, read straight from podLogsDir (the agent only helps find the pod)."""
     from nodeagent import logreader as lr
 
-    config = _config(args)
 
     def fetch() -> Any:
         try:
@@ -202,7 +333,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     try:
         since = time.time_ns() - int(lr.parse_since(args.since) * 1e9) if args.since else None
-        target = lr.find_pod(args.pod, config.pod_logs_dir, fetch(), config.node_name)
+        target = lr.find_pod(args.pod, Path(config.kubelet.pod_logs_dir), fetch(), config.node_name)
         container = lr.choose_container(target, args.container)
         path, attempt = lr.log_file(target, container, previous=args.previous)
     except (lr.LogsError, ValueError) as exc:
@@ -228,18 +359,27 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nodeagent", description="Run Kubernetes pods on a CRI runtime.")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Commands that take the kubelet's flags parse them themselves (pflag rules, not argparse's).
+    direct = {"run": cmd_run, "kubelet": cmd_kubelet, "config": cmd_config}
+    if argv and argv[0] in direct:
+        return int(direct[argv[0]](argv[1:]))
+    parser = argparse.ArgumentParser(prog="nodeagent", description="Run Kubernetes pods on a CRI runtime.",
+                                     allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"nodeagent {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="run the agent (nodeagent's options and the kubelet's flags)", add_help=False)
+    sub.add_parser("kubelet", help="run the agent from the kubelet's own command line", add_help=False)
+    sub.add_parser("config", help="config explain: the effective configuration, where each value came from",
+                   add_help=False)
     for name, fn, doc in (
-        ("run", cmd_run, "run the agent"),
-        ("plugins", cmd_plugins, "installed stage plugins and the resolved order"),
+        ("plugins", cmd_plugins, "installed stage plugins, their configuration and the resolved order"),
         ("pods", cmd_pods, "the running agent's pods"),
         ("trace", cmd_trace, "the causal chain of events for one pod"),
     ):
-        p = sub.add_parser(name, help=doc)
+        p = sub.add_parser(name, help=doc, allow_abbrev=False)
         _add_config_flags(p)
-        p.set_defaults(fn=fn)
+        p.set_defaults(fn=fn, needs_config=True)
         if name in ("pods", "trace"):
             p.add_argument("-o", "--output", choices=["table", "json"], default="table")
         if name == "trace":
@@ -250,10 +390,10 @@ def main(argv: list[str] | None = None) -> int:
         ("wiring", cmd_wiring, "who publishes and who subscribes on the bus"),
     ):
         p = sub.add_parser(name, help=doc)
-        p.set_defaults(fn=fn)
-    logs = sub.add_parser("logs", help="a container's log (kubectl logs, from podLogsDir)")
+        p.set_defaults(fn=fn, needs_config=False)
+    logs = sub.add_parser("logs", help="a container's log (kubectl logs, from podLogsDir)", allow_abbrev=False)
     _add_config_flags(logs)
-    logs.set_defaults(fn=cmd_logs)
+    logs.set_defaults(fn=cmd_logs, needs_config=True)
     logs.add_argument("pod", help="pod UID, NAMESPACE/NAME or NAME")
     logs.add_argument("-c", "--container", help="the container (needed when the pod has several)")
     logs.add_argument("-p", "--previous", action="store_true", help="the previous instance (restartCount - 1)")
@@ -261,8 +401,18 @@ def main(argv: list[str] | None = None) -> int:
     logs.add_argument("--tail", type=int, default=-1, help="only the last N lines (-1: all)")
     logs.add_argument("--timestamps", action="store_true", help="prefix each line with its RFC3339Nano time")
     logs.add_argument("--since", help="only lines newer than this: seconds, or a duration like 5m")
-    args = parser.parse_args(argv)
-    return int(args.fn(args))
+    args, rest = parser.parse_known_args(argv)
+    if not getattr(args, "needs_config", False):
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        return int(args.fn(args))
+    return int(args.fn(args, _config(args, rest)))
+
+
+def kubelet_main() -> int:
+    """The ``nodeagent-kubelet`` console script: ``nodeagent kubelet`` under a name a unit file
+    can point its ExecStart at."""
+    return cmd_kubelet(sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -1,253 +1,98 @@
-"""The agent's configuration: a YAML file validated by pydantic, overridable by flags.
+"""The agent's configuration: the kubelet's, as the kubelet reads it, and nodeagent's own.
 
-Field names follow the kubelet's KubeletConfiguration where the meaning is the same
-(staticPodPath, containerRuntimeEndpoint, maxPods, podLogsDir, rootDir, nodeName, ...), so a
-kubelet user can read it without a manual. Unknown fields are errors, with their path.
+Three parts, each with one home:
+
+* ``kubelet``: the KubeletConfiguration v1beta1 (nodeagent/kubeletconfig), from ``--config``,
+  ``--config-dir`` drop-ins and the kubelet's flags, defaulted and validated as the kubelet does.
+* ``flags``: the kubelet's command-line-only settings (KubeletFlags: ``--hostname-override``,
+  ``--node-ip``, ``--kubeconfig``, ``--bootstrap-kubeconfig``, ``--cert-dir``, ``--root-dir``,
+  ``--node-labels``, ...).
+* ``agent``: nodeagent's own settings, a ``NodeAgentConfiguration`` document (apiVersion
+  ``nodeagent.io/v1alpha1``, ``--agent-config`` or a second document beside the
+  KubeletConfiguration): the stage ``profile``, per-plugin sections (each validated by its
+  plugin's model), ``logFormat``, ``traceFile``, and optionally the kubelet's command-line
+  settings as ``kubeletFlags`` (the command line wins).
+
+nodeagent's earlier single-document format (no apiVersion; KubeletConfiguration names such as
+``staticPodPath`` beside ``nodeName``, ``profile``, ``plugins``) still loads: :func:`split_legacy`
+sends each field to its new home, including those that moved into a plugin's section
+(``cdiSpecDirs`` to dra, ``containerLogsSymlinkDir`` to logs, ``allowPrivileged`` to
+podsecurity). In that format, and when the agent is built in Python with the same flat names
+(``AgentConfig(node_name=..., max_pods=...)``), three kubelet fields keep nodeagent's
+mode-dependent defaults: the kubelet API and its webhook authentication in cluster mode only,
+Webhook authorization in cluster mode and AlwaysAllow standalone; and ``clusterDomain`` is
+``cluster.local``.
 """
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from nodeagent import quantity
-from nodeagent.duration import Duration
-from nodeagent.imagenames import allowlist_pattern
+from nodeagent.kubeletconfig import defaults as kdefaults
+from nodeagent.kubeletconfig import support
+from nodeagent.kubeletconfig.decode import DecodeError, check, load_yaml, resolve_paths
+from nodeagent.kubeletconfig.flags import CommandLine, FlagError, KubeletFlags, validate_node_labels
+from nodeagent.kubeletconfig.load import (
+    Assembled,
+    ConfigurationError,
+    Origin,
+    assemble,
+    format_pydantic,
+    read_config_file,
+    validate,
+)
+from nodeagent.kubeletconfig.node import NodeConfig
+from nodeagent.kubeletconfig.schema import API_VERSION, KIND, KubeletConfiguration
 from nodeagent.registry import CONFIGURABLE, DEFAULT_PROFILE
+
+AGENT_API_VERSION = "nodeagent.io/v1alpha1"
+AGENT_KIND = "NodeAgentConfiguration"
+DEFAULT_ROOT_DIR = Path("/var/lib/nodeagent")
+"""``nodeagent run``'s root directory (``nodeagent kubelet`` uses the kubelet's /var/lib/kubelet)."""
 
 
 class ConfigError(Exception):
     """The configuration cannot be used; the message names the file, the field and why."""
 
 
-_SECTION = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+_OWN = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
 
-def _ttl(default: float) -> Any:
-    """The kubelet's defaulting of its webhook cache TTLs: 0 (what kubeadm writes) means the
-    default, not "no cache"."""
-    def default_zero(value: float) -> float:
-        return default if value == 0 else value
-    return AfterValidator(default_zero)
+class KubeletFlagsSection(BaseModel):
+    """``kubeletFlags``: the kubelet's command-line-only settings, written in a file."""
 
+    model_config = _OWN
 
-class X509Authentication(BaseModel):
-    model_config = _SECTION
-
-    client_ca_file: Path | None = Field(default=None, alias="clientCAFile")
-    """Client certificates signed by this CA authenticate as CN (user) and O (groups). Unset in
-    cluster mode: the cluster CA of the kubeconfig (its certificate-authority file, or its
-    certificate-authority-data written to ``rootDir/pki/client-ca.crt``), as kubeadm points
-    the kubelet at ``/etc/kubernetes/pki/ca.crt``. Unset standalone: no x509 authentication."""
-
-
-class WebhookAuthentication(BaseModel):
-    model_config = _SECTION
-
-    enabled: bool | None = None
-    """Bearer tokens (``Authorization: Bearer``, or a websocket's
-    ``base64url.bearer.authorization.k8s.io.`` subprotocol) checked with a TokenReview through
-    the node's API client. None: on in cluster mode, off standalone (there is no API server)."""
-    cache_ttl: Annotated[Duration, _ttl(120.0)] = Field(default=120.0, ge=0, alias="cacheTTL")
-    """How long a TokenReview's answer (authenticated or not) is reused (the kubelet's 2m0s)."""
-
-
-class AnonymousAuthentication(BaseModel):
-    model_config = _SECTION
-
-    enabled: bool = False
-    """Requests no authenticator recognises are served as system:anonymous (group
-    system:unauthenticated). Off, as the kubelet's configuration file defaults it: to be asked
-    for explicitly."""
-
-
-class KubeletAuthentication(BaseModel):
-    """The kubelet's ``authentication`` section of the kubelet API (10250)."""
-
-    model_config = _SECTION
-
-    x509: X509Authentication = Field(default_factory=lambda: X509Authentication())
-    webhook: WebhookAuthentication = Field(default_factory=lambda: WebhookAuthentication())
-    anonymous: AnonymousAuthentication = Field(default_factory=lambda: AnonymousAuthentication())
-
-
-class WebhookAuthorization(BaseModel):
-    model_config = _SECTION
-
-    cache_authorized_ttl: Annotated[Duration, _ttl(300.0)] = Field(default=300.0, ge=0,
-                                                                   alias="cacheAuthorizedTTL")
-    """How long an allowing SubjectAccessReview answer is reused (the kubelet's 5m0s)."""
-    cache_unauthorized_ttl: Annotated[Duration, _ttl(30.0)] = Field(default=30.0, ge=0,
-                                                                    alias="cacheUnauthorizedTTL")
-    """How long a denying answer is reused (the kubelet's 30s)."""
-
-
-class KubeletAuthorization(BaseModel):
-    """The kubelet's ``authorization`` section of the kubelet API (10250)."""
-
-    model_config = _SECTION
-
-    mode: str | None = None
-    """``Webhook`` (a SubjectAccessReview per request, on ``nodes/<subresource>`` of this node)
-    or ``AlwaysAllow`` (every authenticated request). None: Webhook in cluster mode,
-    AlwaysAllow standalone (no API server to ask; authentication still has to be configured)."""
-    webhook: WebhookAuthorization = Field(default_factory=lambda: WebhookAuthorization())
-
-    @field_validator("mode")
-    @classmethod
-    def _known_mode(cls, value: str | None) -> str | None:
-        # The kubelet's BuildAuthz messages.
-        if value == "":
-            raise ValueError("no authorization mode specified")
-        if value is not None and value not in ("Webhook", "AlwaysAllow"):
-            raise ValueError(f"unknown authorization mode {value}")
-        return value
-
-
-_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-
-
-class Taint(BaseModel):
-    """One of ``registerWithTaints``: put on the Node when the agent creates it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    key: str
-    value: str = ""
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-
-    @field_validator("key")
-    @classmethod
-    def _qualified_name(cls, value: str) -> str:
-        prefix, _, name = value.rpartition("/")
-        if not _QUALIFIED_NAME.match(value) or len(name) > 63 or len(prefix) > 253:
-            raise ValueError(f"invalid taint key {value!r}: a qualified name ([prefix/]name) is required")
-        return value
-
-    @field_validator("value")
-    @classmethod
-    def _label_value(cls, value: str) -> str:
-        if not _LABEL_VALUE.match(value):
-            raise ValueError(f"invalid taint value {value!r}: at most 63 alphanumerics, '-', '_' or '.'")
-        return value
-
-
-class AgentConfig(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
-
-    node_name: str = Field(default_factory=lambda: socket.gethostname().lower())
-    node_ip: str = "127.0.0.1"
-    static_pod_path: Path | None = None
+    hostname_override: str | None = None
+    node_ip: str | None = Field(None, alias="nodeIP")
     kubeconfig: Path | None = None
-    """Cluster mode: the node's kubeconfig (the kubelet's --kubeconfig). None: standalone."""
-    port: int = Field(default=10250, ge=0, le=65535)
-    """The kubelet API port (HTTPS), published as the Node's daemonEndpoints.kubeletEndpoint."""
-    enable_server: bool | None = None
-    """Serve the kubelet API (nodeagent/kubeletserver) on ``address:port``. None (default): in
-    cluster mode only, so a standalone agent needs no certificate and leaves 10250 alone."""
-    address: str = "0.0.0.0"
-    """The kubelet API's bind address (the kubelet's ``address``)."""
-    tls_cert_file: Path | None = None
-    """The kubelet API's serving certificate; unset (with tlsPrivateKeyFile): a self-signed one
-    is made under ``rootDir/pki`` at start, as the kubelet does."""
-    tls_private_key_file: Path | None = None
-    authentication: KubeletAuthentication = Field(default_factory=lambda: KubeletAuthentication())
-    """Who a kubelet API client is (x509, webhook, anonymous); see nodeagent/kubeletserver/authn.py."""
-    authorization: KubeletAuthorization = Field(default_factory=lambda: KubeletAuthorization())
-    """What a kubelet API client may do (Webhook, AlwaysAllow); see nodeagent/kubeletserver/authz.py."""
-    streaming_connection_idle_timeout: Duration = Field(default=4 * 3600.0, gt=0)
-    """An exec, attach or port-forward session with no bytes either way for this long is closed
-    (the kubelet's 4h0m0s; the 1.37 kubelet deprecated the field and relies on its 4 h server
-    timeouts, which apply here too)."""
-    image_pull_credentials_verification_policy: Literal[
-        "NeverVerify", "NeverVerifyPreloadedImages", "NeverVerifyAllowlistedImages", "AlwaysVerify",
-    ] = "NeverVerifyPreloadedImages"
-    """Which present images a pod may use only with the credentials that pulled them (the
-    kubelet's KubeletEnsureSecretPulledImages; plugins/runtime/pullrecords.py)."""
-    preloaded_images_verification_allowlist: list[str] = Field(default_factory=list)
-    """Images never verified under NeverVerifyAllowlistedImages: a repository, or a prefix ending ``/*``."""
-    node_status_max_images: int = Field(default=50, ge=-1)
-    """How many images (largest first) the Node's status lists; -1: all (the kubelet's field)."""
-    register_with_taints: list[Taint] = Field(default_factory=list)
-    """Taints the Node is created with (the kubelet's registerWithTaints); an existing Node's
-    taints are left as they are, as the kubelet leaves them."""
-    kube_api_qps: float = Field(default=50.0, gt=0, alias="kubeAPIQPS")
-    """Client-side rate of API writes (pod status, mirror pods, Events), as the kubelet's."""
-    kube_api_burst: int = Field(default=100, ge=1, alias="kubeAPIBurst")
-    node_status_update_frequency: Duration = Field(default=10.0, gt=0)
-    """Seconds between node status computations; a change is written at once."""
-    node_status_report_frequency: Duration = Field(default=300.0, gt=0)
-    """Seconds after which an unchanged node status is written anyway (lastHeartbeatTime)."""
-    node_lease_duration_seconds: int = Field(default=40, ge=1)
-    """The Lease's duration; it is renewed every quarter of it (the kubelet's 40 s / 10 s)."""
-    container_runtime_endpoint: str = "unix:///run/containerd/containerd.sock"
-    runtime_request_timeout: Duration = 120.0
-    """Seconds per CRI call (the kubelet's runtimeRequestTimeout, 2m)."""
-    max_pods: int = Field(default=110, ge=1)
-    pod_logs_dir: Path = Path("/var/log/pods")
-    container_log_max_size: str = "10Mi"
-    """Rotate a running container's log file once it reaches this size (a quantity)."""
-    container_log_max_files: int = Field(default=5, ge=2)
-    """Log files kept per container, the live one included (the kubelet also requires >= 2)."""
-    container_log_monitor_interval: Duration = Field(default=10.0, gt=0)
-    """Seconds between log size checks. The kubelet refuses less than 3 s; we allow it for tests."""
-    container_logs_symlink_dir: Path = Path("/var/log/containers")
-    """Where the legacy ``<pod>_<ns>_<container>-<id>.log`` symlinks go (not a kubelet setting:
-    the kubelet hard-codes /var/log/containers)."""
-    root_dir: Path = Path("/var/lib/nodeagent")
-    file_check_frequency: Duration = Field(default=20.0, gt=0)
-    """Seconds between full rescans of staticPodPath (changes are also seen sooner by polling)."""
-    healthz_bind_address: str = "127.0.0.1"
-    healthz_port: int = Field(default=10248, ge=0, le=65535)
-    """The local endpoint (/healthz, /metrics, /pods, /trace); 0 disables it."""
-    system_reserved: dict[str, str] = Field(default_factory=dict)
-    kube_reserved: dict[str, str] = Field(default_factory=dict)
-    allow_privileged: bool = True
-    """Whether pods may run privileged containers (the kubelet's old --allow-privileged); a
-    privileged pod on a node that disallows them is rejected at admission (reason Forbidden)."""
-    allowed_unsafe_sysctls: list[str] = Field(default_factory=list)
-    """Sysctls (or ``prefix.*`` patterns) pods may set beyond the kubelet's safe set."""
-    seccomp_default: bool = False
-    """RuntimeDefault instead of Unconfined for containers that name no seccomp profile."""
-    cluster_domain: str = "cluster.local"
-    """The DNS domain of pod FQDNs (``<hostname>.<subdomain>.<ns>.svc.<clusterDomain>``)."""
-    cluster_dns: list[str] = Field(default_factory=list, alias="clusterDNS")
-    """Nameservers of dnsPolicy ClusterFirst; empty: ClusterFirst falls back to Default."""
-    plugins_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
-    """Where kubelet plugins (DRA drivers) put their registration sockets (the kubelet's path)."""
-    cdi_spec_dirs: list[Path] = Field(default_factory=lambda: [Path("/etc/cdi"), Path("/var/run/cdi")])
-    """CDI spec directories, lowest priority first (a device in a later one overrides), as
-    containerd's cdi_spec_dirs; read by the dra stage for runtimes that do not resolve CDI."""
-    dra_checkpoint_file: Path | None = None
-    """The prepared ResourceClaims, kept across restarts; default ``<rootDir>/dra_manager_state``."""
-    log_format: Literal["console", "json"] = "console"
-    trace_file: Path | None = None
-    profile: dict[str, list[str]] = Field(default_factory=lambda: {k: list(v) for k, v in DEFAULT_PROFILE.items()})
-    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    bootstrap_kubeconfig: Path | None = None
+    cert_dir: Path | None = None
+    root_dir: Path | None = None
+    node_labels: dict[str, str] | None = None
 
-    @field_validator("preloaded_images_verification_allowlist")
-    @classmethod
-    def _allowlist_patterns(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            allowlist_pattern(pattern)  # ValueError with the kubelet's words
-        return value
+
+class NodeAgentConfiguration(BaseModel):
+    """nodeagent's own settings (``apiVersion: nodeagent.io/v1alpha1``, ``kind: NodeAgentConfiguration``)."""
+
+    model_config = _OWN
+
+    profile: dict[str, list[str]] = Field(default_factory=lambda: {k: list(v) for k, v in DEFAULT_PROFILE.items()})
+    """Which stages run in each phase, in order; undo phases run the reverse (nodeagent plugins)."""
+    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """One section per plugin, validated by the plugin's configuration model when it loads."""
+    log_format: Literal["console", "json"] | None = None
+    """console or json lines; unset: the KubeletConfiguration's logging.format (text: console)."""
+    trace_file: Path | None = None
+    """Append every fact to this JSONL file (``nodeagent trace POD`` reads the in-memory ring)."""
+    kubelet_flags: KubeletFlagsSection = Field(default_factory=lambda: KubeletFlagsSection())
 
     @field_validator("profile")
     @classmethod
@@ -257,61 +102,340 @@ class AgentConfig(BaseModel):
             raise ValueError(f"unknown phase(s) {sorted(unknown)}; configurable phases are {list(CONFIGURABLE)}")
         return value
 
-    @model_validator(mode="after")
-    def _tls_pair(self) -> AgentConfig:
-        if (self.tls_cert_file is None) != (self.tls_private_key_file is None):
-            raise ValueError("tlsCertFile and tlsPrivateKeyFile must be set together (or neither: self-signed)")
-        return self
 
-    @field_validator("container_log_max_size")
+# --- the earlier single-document format -------------------------------------------------------
+
+_KUBELET_NAMES = {name for name in KubeletConfiguration.model_fields} | {
+    f.alias for f in KubeletConfiguration.model_fields.values() if f.alias}
+_FLAG_NAMES = {  # legacy name -> KubeletFlags field
+    "node_name": "hostname_override", "nodeName": "hostname_override",
+    "hostname_override": "hostname_override", "hostnameOverride": "hostname_override",
+    "node_ip": "node_ip", "nodeIP": "node_ip", "nodeIp": "node_ip",
+    "kubeconfig": "kubeconfig", "bootstrap_kubeconfig": "bootstrap_kubeconfig",
+    "bootstrapKubeconfig": "bootstrap_kubeconfig", "root_dir": "root_dir", "rootDir": "root_dir",
+    "cert_dir": "cert_dir", "certDir": "cert_dir", "node_labels": "node_labels", "nodeLabels": "node_labels",
+}
+_AGENT_NAMES = {"profile": "profile", "plugins": "plugins", "log_format": "log_format", "logFormat": "log_format",
+                "trace_file": "trace_file", "traceFile": "trace_file"}
+MOVED_TO_PLUGINS = {  # legacy name -> (plugin, its field)
+    "container_logs_symlink_dir": ("logs", "containerLogsSymlinkDir"),
+    "containerLogsSymlinkDir": ("logs", "containerLogsSymlinkDir"),
+    "plugins_registry_dir": ("dra", "pluginsRegistryDir"), "pluginsRegistryDir": ("dra", "pluginsRegistryDir"),
+    "cdi_spec_dirs": ("dra", "cdiSpecDirs"), "cdiSpecDirs": ("dra", "cdiSpecDirs"),
+    "dra_checkpoint_file": ("dra", "checkpointFile"), "draCheckpointFile": ("dra", "checkpointFile"),
+    "allow_privileged": ("podsecurity", "allowPrivileged"), "allowPrivileged": ("podsecurity", "allowPrivileged"),
+}
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    return value
+
+
+def _merge(model: type[BaseModel], base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``changes`` (JSON or Python names) over ``base`` (Python names): sub-structs merge field
+    by field, everything else is replaced. Names the model lacks are kept for it to refuse."""
+    names = {**{name: name for name in model.model_fields},
+             **{f.alias: name for name, f in model.model_fields.items() if f.alias}}
+    out = dict(base)
+    for key, value in changes.items():
+        name = names.get(key, key)
+        field = model.model_fields.get(name)
+        inner = field.annotation if field is not None else None
+        if isinstance(inner, type) and issubclass(inner, BaseModel) and isinstance(value, Mapping):
+            current = out.get(name)
+            current = current.model_dump() if isinstance(current, BaseModel) else dict(current or {})
+            out[name] = _merge(inner, current, value)
+        else:
+            out[name] = value
+    return out
+
+
+def split_legacy(flat: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(kubelet fields, KubeletFlags fields, NodeAgentConfiguration fields) of a flat mapping in
+    nodeagent's earlier format. Names nobody knows stay with the kubelet part, whose model
+    refuses them with their path."""
+    kubelet: dict[str, Any] = {}
+    flags: dict[str, Any] = {}
+    agent: dict[str, Any] = {}
+    for key, value in flat.items():
+        if key in _FLAG_NAMES:
+            flags[_FLAG_NAMES[key]] = value
+        elif key in _AGENT_NAMES:
+            agent[_AGENT_NAMES[key]] = value
+        elif key in MOVED_TO_PLUGINS:
+            plugin, name = MOVED_TO_PLUGINS[key]
+            plugins = agent.setdefault("plugins", {})
+            plugins.setdefault(plugin, {})[name] = _json_ready(value)
+        else:
+            kubelet[key] = value
+    if "plugins" in flat and "plugins" in agent and isinstance(flat["plugins"], dict):
+        merged = {name: dict(section) for name, section in flat["plugins"].items()}
+        for name, section in agent["plugins"].items():
+            merged[name] = {**section, **merged.get(name, {})}
+        agent["plugins"] = merged
+    return kubelet, flags, agent
+
+
+class AgentConfig(BaseModel):
+    """The effective configuration the composition root builds the agent from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    kubelet: KubeletConfiguration = Field(default_factory=lambda: kdefaults.defaulted(own_format=True))
+    flags: KubeletFlags = Field(default_factory=lambda: KubeletFlags(root_dir=DEFAULT_ROOT_DIR))
+    agent: NodeAgentConfiguration = Field(default_factory=lambda: NodeAgentConfiguration())
+    _assembled: Assembled | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
     @classmethod
-    def _log_size_quantity(cls, value: str) -> str:
-        if quantity.bytes_(value) <= 0:  # raises ValueError with the quantity on bad syntax
-            raise ValueError(f"containerLogMaxSize must be greater than 0, got {value!r}")
-        return value
+    def _flat(cls, data: Any) -> Any:
+        """``AgentConfig(node_name=..., static_pod_path=..., max_pods=...)``: the flat names of
+        nodeagent's earlier format (tests and embedders build the agent this way); given beside
+        the sections (``{**config.model_dump(), "maxPods": 3}``), they change those sections."""
+        if not isinstance(data, Mapping) or not data:
+            return data
+        sections = {k: data[k] for k in ("kubelet", "flags", "agent") if k in data}
+        flat = {k: v for k, v in data.items() if k not in sections}
+        if not flat:
+            return data
+        kubelet, flags, agent = split_legacy(flat)
+        authorization = kubelet.get("authorization")
+        if isinstance(authorization, Mapping) and authorization.get("mode") == "":
+            # nodeagent's format does not default the mode: "" is the kubelet's BuildAuthz refusal.
+            raise ValueError("no authorization mode specified")
+        base = sections.get("kubelet")
+        if isinstance(base, BaseModel):
+            base = base.model_dump()
+        merged_kubelet = _merge(KubeletConfiguration, dict(base or {}), _json_ready(kubelet))
+        config = kdefaults.eviction_hard(kdefaults.apply(KubeletConfiguration.model_validate(merged_kubelet),
+                                                         own_format=True))
+        base_flags = sections.get("flags")
+        base_flags = base_flags.model_dump() if isinstance(base_flags, BaseModel) else dict(
+            base_flags or {"root_dir": DEFAULT_ROOT_DIR})
+        base_agent = sections.get("agent")
+        base_agent = base_agent.model_dump() if isinstance(base_agent, BaseModel) else dict(base_agent or {})
+        if "plugins" in agent:
+            plugins = {name: dict(section) for name, section in (base_agent.get("plugins") or {}).items()}
+            for name, section in agent.pop("plugins").items():
+                plugins[name] = {**plugins.get(name, {}), **section}
+            base_agent["plugins"] = plugins
+        return {"kubelet": config, "flags": {**base_flags, **flags},
+                "agent": NodeAgentConfiguration.model_validate({**base_agent, **agent})}
+
+    def replace(self, **changes: Any) -> AgentConfig:
+        """A copy with fields changed, by the flat names (``replace(max_pods=3,
+        authentication={"anonymous": {"enabled": True}})``)."""
+        return AgentConfig.model_validate({**self.model_dump(), **changes})
+
+    # --- who the node is --------------------------------------------------------------
 
     @property
-    def dra_checkpoint_path(self) -> Path:
-        return self.dra_checkpoint_file or self.root_dir / "dra_manager_state"
+    def node_name(self) -> str:
+        """The kubelet's node name: ``--hostname-override``, else the host name, lower-cased."""
+        return node_name(self.flags.hostname_override)
+
+    @property
+    def root_dir(self) -> Path:
+        return self.flags.root_dir
+
+    @property
+    def kubeconfig(self) -> Path | None:
+        return self.flags.kubeconfig
+
+    @property
+    def node_ips(self) -> list[str]:
+        """``--node-ip`` as given (detection happens when the agent starts: nodeagent/nodeip.py)."""
+        return [ip.strip() for ip in self.flags.node_ip.split(",") if ip.strip()]
+
+    @property
+    def static_pod_path(self) -> Path | None:
+        """staticPodPath as a path (None: no static pods)."""
+        return Path(self.kubelet.static_pod_path) if self.kubelet.static_pod_path else None
+
+    @property
+    def pod_logs_dir(self) -> Path:
+        return Path(self.kubelet.pod_logs_dir)
+
+    @property
+    def node_ip(self) -> str:
+        """The primary ``--node-ip``, or "" when it is to be detected."""
+        return self.node_ips[0] if self.node_ips else ""
+
+    @property
+    def profile(self) -> dict[str, list[str]]:
+        return self.agent.profile
+
+    @property
+    def plugins(self) -> dict[str, dict[str, Any]]:
+        return self.agent.plugins
+
+    @property
+    def log_format(self) -> str:
+        if self.agent.log_format is not None:
+            return self.agent.log_format
+        return "json" if self.kubelet.logging.format == "json" else "console"
 
     @property
     def endpoint_url(self) -> str:
-        return f"http://{self.healthz_bind_address}:{self.healthz_port}"
+        return f"http://{self.kubelet.healthz_bind_address}:{self.kubelet.healthz_port}"
+
+    @property
+    def assembled(self) -> Assembled | None:
+        """Where each kubelet field came from (set when loaded from files and flags)."""
+        return self._assembled
+
+    def unsupported_fields(self) -> dict[str, Any]:
+        """KubeletConfiguration fields nodeagent does not honour, set to something other than
+        their default (dotted JSON path -> value): what the agent reports at start."""
+        if self._assembled is not None:
+            return self._assembled.unsupported()
+        return support.unsupported(self.kubelet, kdefaults.defaulted(own_format=True))
+
+    def node_config(self) -> NodeConfig:
+        """The read-only node configuration stages get (handle.settings, ctx.settings)."""
+        return NodeConfig.of(self.kubelet, root_dir=self.root_dir, node_name=self.node_name)
 
 
-def _format(exc: ValidationError, origin: str) -> str:
-    lines = [f"invalid configuration in {origin}:"]
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"  {where}: {err['msg']}")
-    return "\n".join(lines)
+def node_name(override: str) -> str:
+    """nodeutil.GetHostname: the override (trimmed) or the host name, lower-cased."""
+    name = override.strip() or socket.gethostname()
+    return name.strip().lower()
 
 
-def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> AgentConfig:
-    data: dict[str, Any] = {}
-    origin = str(path) if path else "flags"
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            raise ConfigError(f"cannot read configuration {path}: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"configuration {path} is not valid YAML: {exc}") from exc
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"configuration {path} must be a mapping, not {type(loaded).__name__}")
-        # Accept a KubeletConfiguration-like header without treating it as a field.
-        loaded.pop("apiVersion", None)
-        loaded.pop("kind", None)
-        data.update(loaded)
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            data[key] = value
+# --- loading from files and flags -------------------------------------------------------------
+
+def _documents(path: Path) -> list[dict[str, Any]]:
     try:
-        return AgentConfig.model_validate(data)
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {path}: {exc.strerror}") from None
+    try:
+        docs = load_yaml(text)
+    except DecodeError as exc:
+        raise ConfigError(f"configuration {path} is not valid YAML: {exc}") from None
+    for doc in docs:
+        if not isinstance(doc, dict):
+            raise ConfigError(f"configuration {path} must be a mapping, not {type(doc).__name__}")
+    return docs
+
+
+def _kind(doc: Mapping[str, Any]) -> str:
+    version, kind = doc.get("apiVersion"), doc.get("kind")
+    if (version, kind) == (API_VERSION, KIND):
+        return "kubelet"
+    if (version, kind) == (AGENT_API_VERSION, AGENT_KIND):
+        return "agent"
+    if version is None and kind is None:
+        return "legacy"
+    return f"{version}/{kind}"
+
+
+class Sources(BaseModel):
+    """What the configuration files say, sorted into their parts."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    kubelet_body: dict[str, Any] | None = None
+    kubelet_origin: str = ""
+    agent: dict[str, Any] = Field(default_factory=dict)
+    agent_origin: str = ""
+    own_kubelet: dict[str, Any] = Field(default_factory=dict)
+    """KubeletConfiguration fields given in nodeagent's earlier format."""
+    own_flags: dict[str, Any] = Field(default_factory=dict)
+
+
+def read_sources(config: Path | None, agent_config: Path | None, *, strict_config: bool) -> Sources:
+    """``--config`` (strictly a KubeletConfiguration when ``strict_config``, as for the kubelet;
+    otherwise any of nodeagent's documents, several in one file) and ``--agent-config``."""
+    out = Sources()
+    if config is not None:
+        if strict_config:
+            out.kubelet_body, out.kubelet_origin = read_config_file(config), str(config)
+        else:
+            _sort(out, config, allow_kubelet=True)
+    if agent_config is not None:
+        _sort(out, agent_config, allow_kubelet=False)
+    return out
+
+
+def _sort(out: Sources, path: Path, *, allow_kubelet: bool) -> None:
+    seen: set[str] = set()
+    for doc in _documents(path):
+        kind = _kind(doc)
+        if kind in seen:
+            raise ConfigError(f"configuration {path} has two {kind} documents")
+        seen.add(kind)
+        if kind == "kubelet" and allow_kubelet:
+            if out.kubelet_body is not None:
+                raise ConfigError(f"configuration {path}: a KubeletConfiguration is already given")
+            try:
+                check(doc)
+            except DecodeError as exc:
+                raise ConfigError(f"failed to load kubelet config file, path: {path}, error: failed to load Kubelet "
+                                  f"config file {path}, error {exc}") from None
+            body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+            resolve_paths(body, Path(path).absolute().parent)
+            out.kubelet_body, out.kubelet_origin = body, str(path)
+        elif kind == "agent":
+            out.agent = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+            out.agent_origin = str(path)
+        elif kind == "legacy":
+            kubelet, flags, agent = split_legacy(doc)
+            out.own_kubelet = _json_ready(kubelet)
+            out.own_flags = flags
+            out.agent = agent
+            out.agent_origin = str(path)
+        else:
+            expected = (f"{API_VERSION} {KIND} or " if allow_kubelet else "") + f"{AGENT_API_VERSION} {AGENT_KIND}"
+            raise ConfigError(f"configuration {path}: unknown document {kind} (expected {expected}, or nodeagent's "
+                              "earlier format without apiVersion)")
+
+
+def build(command: CommandLine, sources: Sources, *, kubelet_defaults: bool = False) -> AgentConfig:
+    """The effective configuration of a command line and its files, validated as the kubelet
+    validates it; :class:`ConfigError` with the kubelet's words otherwise.
+
+    Without a KubeletConfiguration, ``kubelet_defaults`` (``nodeagent kubelet``) starts from the
+    kubelet's command-line defaults (anonymous requests, AlwaysAllow), otherwise from
+    nodeagent's (decided by mode; see the module docstring)."""
+    try:
+        agent = NodeAgentConfiguration.model_validate(sources.agent)
     except ValidationError as exc:
-        raise ConfigError(_format(exc, origin)) from None
+        raise ConfigError(format_pydantic(exc, sources.agent_origin or "the agent configuration")) from None
+    own_format = sources.kubelet_body is None and not kubelet_defaults
+    try:
+        assembled = assemble(config_body=sources.kubelet_body, config_origin=sources.kubelet_origin,
+                             config_dir=command.flags.config_dir, flag_config=command.config,
+                             flag_origins=command.config_flags, own=sources.own_kubelet,
+                             own_origin=sources.agent_origin, own_format=own_format)
+        validate(assembled.config)
+    except ConfigurationError as exc:
+        raise ConfigError(str(exc)) from None
+    flags = _flags(command, agent, sources)
+    try:
+        validate_node_labels(flags.node_labels)
+    except FlagError as exc:
+        raise ConfigError(f"failed to validate kubelet flags: {exc}") from None
+    config = AgentConfig(kubelet=assembled.config, flags=flags, agent=agent)
+    config._assembled = assembled
+    for name in command.given & {"hostname_override", "node_ip", "root_dir", "kubeconfig", "bootstrap_kubeconfig",
+                                 "cert_dir", "node_labels"}:
+        assembled.origins[f"flags.{name}"] = Origin("flag", f"--{name.replace('_', '-')}")
+    return config
+
+
+def _flags(command: CommandLine, agent: NodeAgentConfiguration, sources: Sources) -> KubeletFlags:
+    """The command line's KubeletFlags over those the files give."""
+    from_file = {**agent.kubelet_flags.model_dump(exclude_none=True), **sources.own_flags}
+    given = command.flags.model_dump()
+    merged = {**given, **{k: v for k, v in from_file.items() if k not in command.given}}
+    return KubeletFlags(**merged)
 
 
 def flag_names(fields: Sequence[str]) -> dict[str, str]:
@@ -321,3 +445,7 @@ def flag_names(fields: Sequence[str]) -> dict[str, str]:
         camel = to_camel(name)
         out[name] = "--" + "".join("-" + ch.lower() if ch.isupper() else ch for ch in camel)
     return out
+
+
+__all__ = ["AGENT_API_VERSION", "AGENT_KIND", "AgentConfig", "ConfigError", "NodeAgentConfiguration", "Sources",
+           "build", "node_name", "read_sources", "split_legacy", "yaml"]

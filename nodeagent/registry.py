@@ -15,6 +15,7 @@ from typing import Any
 
 from nodeagent import facts
 from nodeagent.errors import PluginError
+from nodeagent.pluginconfig import validate_section
 from nodeagent.stages import PHASE_BASES, PHASE_SPECS, AgentHandle, Phase, Stage, phases_of
 
 GROUP = "nodeagent.plugins"
@@ -186,22 +187,56 @@ def load(
             f"installed: {sorted(eps)}"
         )
     instances: dict[str, Stage] = {}
-    for name in sorted(wanted):
+    for name in sorted(wanted | set(plugin_config)):
         if name not in eps:
             raise PluginError(f"profile names plugin {name!r}, which is not installed (installed: {sorted(eps)})")
-        try:
-            factory = eps[name].load()
-        except Exception as exc:  # a broken third-party package must not look like our bug
-            raise PluginError(f"plugin {name!r} ({eps[name].value}) failed to import: {exc!r}") from exc
-        try:
-            stage = factory(plugin_config.get(name, {}), handle)
-        except (TypeError, ValueError) as exc:  # ValueError covers pydantic's ValidationError
-            raise PluginError(f"plugin {name!r} could not be created from its configuration: {exc}") from exc
-        instances[name] = validate_stage(name, stage)
+        factory = load_factory(name, eps[name])
+        section = configuration(name, factory, plugin_config.get(name))  # a bad section fails even unused
+        if name in wanted:
+            instances[name] = create(name, factory, section, handle)
     warnings = [
         f"plugin {name!r} is installed but no profile phase uses it" for name in sorted(set(eps) - wanted)
     ]
     return resolve(profile, instances), warnings
+
+
+def load_factory(name: str, ep: EntryPoint) -> Any:
+    try:
+        return ep.load()
+    except Exception as exc:  # a broken third-party package must not look like our bug
+        raise PluginError(f"plugin {name!r} ({ep.value}) failed to import: {exc!r}") from exc
+
+
+def configuration(name: str, factory: Any, section: Mapping[str, Any] | None) -> Any:
+    """The plugin's section, validated by the model its factory declares (``config_model``);
+    a factory that declares none gets the mapping as it is."""
+    model = getattr(factory, "config_model", None)
+    if model is None:
+        return dict(section or {})
+    try:
+        return validate_section(name, model, section)
+    except ValueError as exc:
+        raise PluginError(str(exc)) from None
+
+
+def create(name: str, factory: Any, section: Any, handle: AgentHandle) -> Stage:
+    """Call the factory with its (validated) section and check what it returns."""
+    try:
+        stage = factory(section, handle)
+    except (TypeError, ValueError) as exc:  # ValueError covers pydantic's ValidationError
+        raise PluginError(f"plugin {name!r} could not be created from its configuration: {exc}") from exc
+    return validate_stage(name, stage)
+
+
+def config_models(eps: Iterable[EntryPoint]) -> dict[str, Any]:
+    """For ``nodeagent plugins``: each installed plugin's configuration model (None: it declares none)."""
+    out: dict[str, Any] = {}
+    for ep in eps:
+        try:
+            out[ep.name] = getattr(ep.load(), "config_model", None)
+        except Exception:  # noqa: BLE001 - installed_phases reports the import failure
+            out[ep.name] = None
+    return out
 
 
 def installed_phases(eps: Iterable[EntryPoint]) -> dict[str, list[str]]:

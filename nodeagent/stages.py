@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 from nodeagent.clock import Clock
 from nodeagent.events import Event, PodRef
 from nodeagent.facts import Fact, FactAccess
+from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.model import Pod
 from nodeagent.stash import Stash
 
@@ -144,6 +145,8 @@ class NodeInfo:
     allocatable: Mapping[str, int]
     """Resources in base units: ``cpu`` in millicores, ``memory`` in bytes, ``pods`` as a count."""
     labels: Mapping[str, str] = field(default_factory=dict)
+    ips: tuple[str, ...] = ()
+    """Every address of the node, ``ip`` first (two on a dual-stack node); empty: just ``ip``."""
 
 
 @dataclass(frozen=True)
@@ -204,8 +207,9 @@ class PodContext(Protocol):
     def status(self) -> StatusReporter: ...
 
     @property
-    def settings(self) -> Any:
-        """The agent's configuration (read-only)."""
+    def settings(self) -> NodeConfig:
+        """The node's configuration: the effective KubeletConfiguration with the node's name and
+        root directory, typed and frozen (a stage's own settings are its config model)."""
 
     @property
     def api(self) -> Any:
@@ -398,12 +402,15 @@ class AgentHandle(Protocol):
     """The Kubernetes API client in cluster mode; None standalone."""
 
     @property
-    def settings(self) -> Any: ...
+    def settings(self) -> NodeConfig:
+        """The node's configuration (see PodContext.settings)."""
 
     async def publish(self, event: Event) -> None: ...
 
 
-PluginFactory = Callable[[Mapping[str, Any], AgentHandle], Stage]
-"""What an entry point in group ``nodeagent.plugins`` names: ``factory(config, handle)``."""
+PluginFactory = Callable[[Any, AgentHandle], Stage]
+"""What an entry point in group ``nodeagent.plugins`` names: ``factory(config, handle)``, where
+``config`` is the plugin's section validated by the model the factory declares as
+``factory.config_model`` (nodeagent/pluginconfig.py), or the raw mapping if it declares none."""
 
 Waker = Callable[[], Awaitable[None]]

@@ -23,6 +23,7 @@ from nodeagent import hostpaths
 from nodeagent.admission import AdmissionCycle
 from nodeagent.clock import Clock
 from nodeagent.facts import PodFacts
+from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.lifecycle import Lifecycle, PodState, Trigger
 from nodeagent.model import Pod, unhonoured_fields
 from nodeagent.pipeline import Answer, PhaseRunner, RetryBudget
@@ -69,7 +70,7 @@ class Services:
     runtime: RuntimeClient
     clock: Clock
     node: NodeInfo
-    settings: Any
+    settings: NodeConfig
     relister: Relister
     status: StatusWriter
     publish: Callable[[ev.Event], Awaitable[None]]
@@ -121,7 +122,7 @@ class StageContext:
         return self._worker.ref
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> NodeConfig:
         return self._worker.services.settings
 
     @property

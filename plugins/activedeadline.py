@@ -8,9 +8,9 @@ at the latest spec at least every RECHECK_SECONDS."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import AgentHandle, Observe, PodContext
 from nodeagent.stash import StashKey
 from nodeagent.status import parse_rfc3339
@@ -39,10 +39,9 @@ class ActiveDeadlineStage(Observe):
                 await clock.sleep(RECHECK_SECONDS)
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> ActiveDeadlineStage:
-    if config:
-        raise TypeError(f"activedeadline takes no configuration, got {sorted(config)}")
+def plugin(config: NoConfig, handle: AgentHandle) -> ActiveDeadlineStage:
     return ActiveDeadlineStage()
 
 
 plugin.stage_class = ActiveDeadlineStage  # type: ignore[attr-defined]
+plugin.config_model = NoConfig  # type: ignore[attr-defined]

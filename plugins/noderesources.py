@@ -11,7 +11,6 @@ NodePorts), so that tooling built for the kubelet recognises them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import anyio
@@ -21,6 +20,7 @@ from lightkube.resources.core_v1 import Node
 from nodeagent import quantity
 from nodeagent.cluster.apicalls import describe
 from nodeagent.model import Pod
+from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import Admit, AgentHandle, NodeView, Result
 from plugins import nodeaffinity, nodeports
 
@@ -102,10 +102,9 @@ class NodeResources(Admit):
         return Result.ok()
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> NodeResources:
-    if config:
-        raise TypeError(f"noderesources takes no configuration, got {sorted(config)}")
+def plugin(config: NoConfig, handle: AgentHandle) -> NodeResources:
     return NodeResources(handle.api)
 
 
 plugin.stage_class = NodeResources  # type: ignore[attr-defined]
+plugin.config_model = NoConfig  # type: ignore[attr-defined]

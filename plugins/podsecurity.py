@@ -12,9 +12,10 @@ anything is prepared for it, with the reason the kubelet gives.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from nodeagent.model import Pod
+from nodeagent.pluginconfig import PluginConfig
 from nodeagent.stages import Admit, AgentHandle, NodeView, Result
 from plugins.runtime.security import is_privileged, normalize_sysctl
 
@@ -103,13 +104,17 @@ class PodSecurity(Admit):
         return Result.ok()
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> PodSecurity:
-    if config:
-        raise TypeError(f"podsecurity takes no configuration (it reads allowPrivileged and allowedUnsafeSysctls "
-                        f"from the agent's), got {sorted(config)}")
-    settings = handle.settings
-    return PodSecurity(bool(getattr(settings, "allow_privileged", True)),
-                       SysctlAllowlist(getattr(settings, "allowed_unsafe_sysctls", [])))
+class PodSecurityConfig(PluginConfig):
+    allow_privileged: bool = True
+    """Whether pods may run privileged containers (the kubelet's old --allow-privileged); a
+    privileged pod on a node that disallows them is rejected at admission (reason Forbidden)."""
+
+
+def plugin(config: PodSecurityConfig, handle: AgentHandle) -> PodSecurity:
+    """allowPrivileged is this plugin's own; the unsafe sysctls are the kubelet's
+    allowedUnsafeSysctls."""
+    return PodSecurity(config.allow_privileged, SysctlAllowlist(handle.settings.unsafe_sysctls))
 
 
 plugin.stage_class = PodSecurity  # type: ignore[attr-defined]
+plugin.config_model = PodSecurityConfig  # type: ignore[attr-defined]

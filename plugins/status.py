@@ -23,6 +23,7 @@ import anyio
 from cri import CriError
 from nodeagent.model import Container, Pod
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
+from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import AgentHandle, Observe, PodContext
 from nodeagent.stash import StashKey
 from nodeagent.status import rfc3339
@@ -431,10 +432,9 @@ async def _changed(ctx: PodContext, notes_changed: anyio.Event) -> None:
         tg.start_soon(notes)
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> StatusStage:
-    if config:
-        raise TypeError(f"status takes no configuration, got {sorted(config)}")
+def plugin(config: NoConfig, handle: AgentHandle) -> StatusStage:
     return StatusStage()
 
 
 plugin.stage_class = StatusStage  # type: ignore[attr-defined]
+plugin.config_model = NoConfig  # type: ignore[attr-defined]

@@ -27,6 +27,7 @@ import structlog
 from nodeagent import labels as L
 from nodeagent.cluster.nodewatch import NodeWatch
 from nodeagent.model import Pod
+from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import Admit, AgentHandle, NodeView, Result
 
 log = structlog.get_logger("nodeagent.tainttoleration")
@@ -86,11 +87,10 @@ class TaintToleration(Admit):
         return {"taints": self._node.taints() if self._node is not None else []}
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> TaintToleration:
-    if config:
-        raise TypeError(f"tainttoleration takes no configuration, got {sorted(config)}")
+def plugin(config: NoConfig, handle: AgentHandle) -> TaintToleration:
     watch = NodeWatch(handle.api, handle.node.name, handle.clock) if handle.api is not None else None
     return TaintToleration(watch)
 
 
 plugin.stage_class = TaintToleration  # type: ignore[attr-defined]
+plugin.config_model = NoConfig  # type: ignore[attr-defined]

@@ -127,6 +127,8 @@ def make_config(base: Path, endpoint: str, node: str | None = None, **overrides:
         "container_logs_symlink_dir": base / "containers",
         "healthz_port": 0,
         "file_check_frequency": 5.0,
+        # Many agents share this host and its loopback control plane: not the host's address.
+        "node_ip": "127.0.0.1",
     }
     return AgentConfig(**{**settings, **overrides})
 

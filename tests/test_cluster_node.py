@@ -151,7 +151,7 @@ async def test_node_registers_becomes_ready_and_renews_its_lease(
             assert info["osImage"] and info["kernelVersion"]
             assert {"type": "InternalIP", "address": config.node_ip} in status["addresses"]
             assert {"type": "Hostname", "address": node} in status["addresses"]
-            assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == config.port
+            assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == config.kubelet.port
             # The runtime's images, largest first, with digests then tags (the scheduler's ImageLocality).
             held = await env.client.list_images()
             images = status["images"]

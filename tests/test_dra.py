@@ -103,7 +103,7 @@ def registered(env: AgentEnv) -> list[str]:
 
 
 def checkpoint(env: AgentEnv) -> ClaimCache:
-    cache = ClaimCache(env.config.dra_checkpoint_path)
+    cache = ClaimCache(env.config.root_dir / "dra_manager_state")
     cache.load()
     return cache
 

@@ -35,7 +35,7 @@ def test_format_is_go_duration_string(seconds: float, text: str) -> None:
 
 def test_config_durations_take_both_forms() -> None:
     config = cfg.AgentConfig.model_validate({"runtimeRequestTimeout": "2m0s", "fileCheckFrequency": 5})
-    assert config.runtime_request_timeout == 120.0
-    assert config.file_check_frequency == 5.0
+    assert config.kubelet.runtime_request_timeout == 120.0
+    assert config.kubelet.file_check_frequency == 5.0
     with pytest.raises(Exception, match="unknown unit"):
         cfg.AgentConfig.model_validate({"nodeStatusUpdateFrequency": "10 s"})

@@ -194,8 +194,7 @@ def test_no_authenticator_refuses_to_start(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="^no authentication method configured"):
         Agent(base)
     # Standalone, a webhook has no API server to ask.
-    webhook = base.model_copy(update={"authentication": AgentConfig.model_validate(
-        {"authentication": {"webhook": {"enabled": True}}}).authentication})
+    webhook = base.replace(authentication={"webhook": {"enabled": True}})
     with pytest.raises(ConfigError, match="^no client provided, cannot use webhook authentication$"):
         Agent(webhook)
     sar = AgentConfig.model_validate({**base.model_dump(), "authentication": {"anonymous": {"enabled": True}},
@@ -207,7 +206,7 @@ def test_no_authenticator_refuses_to_start(tmp_path: Path) -> None:
     server = Agent(anonymous).kubelet_server
     assert server is not None and isinstance(server.authorizer, authz.AlwaysAllow)
     # Not serving at all needs nothing.
-    assert Agent(base.model_copy(update={"enable_server": None})).kubelet_server is None
+    assert Agent(base.replace(enable_server=None)).kubelet_server is None
 
 
 def test_kubelet_configuration_fields() -> None:
@@ -218,10 +217,10 @@ def test_kubelet_configuration_fields() -> None:
         "streamingConnectionIdleTimeout": "30m",
     })
     # 0s (what kubeadm writes) means the kubelet's default.
-    assert config.authentication.webhook.cache_ttl == 120.0
-    assert config.authorization.webhook.cache_authorized_ttl == 300.0
-    assert config.authorization.webhook.cache_unauthorized_ttl == 10.0
-    assert config.streaming_connection_idle_timeout == 1800.0
+    assert config.kubelet.authentication.webhook.cache_ttl == 120.0
+    assert config.kubelet.authorization.webhook.cache_authorized_ttl == 300.0
+    assert config.kubelet.authorization.webhook.cache_unauthorized_ttl == 10.0
+    assert config.kubelet.streaming_connection_idle_timeout == 1800.0
     for mode, message in (("", "no authorization mode specified"), ("RBAC", "unknown authorization mode RBAC")):
         with pytest.raises(ValueError, match=message):
             AgentConfig.model_validate({"authorization": {"mode": mode}})

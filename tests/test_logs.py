@@ -85,7 +85,7 @@ def _contents(path: Path) -> list[str]:
 
 
 def _links(env: AgentEnv) -> dict[str, str]:
-    directory = env.config.container_logs_symlink_dir
+    directory = Path(env.config.plugins["logs"]["containerLogsSymlinkDir"])
     if not directory.exists():
         return {}
     return {n: os.readlink(directory / n) for n in os.listdir(directory)}

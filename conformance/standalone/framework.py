@@ -114,8 +114,8 @@ class Node:
 
     @property
     def manifests(self) -> Path:
-        assert self.config.static_pod_path is not None
-        return self.config.static_pod_path
+        assert self.config.kubelet.static_pod_path
+        return Path(self.config.kubelet.static_pod_path)
 
     def find(self, namespace: str, pod_name: str) -> tuple[str, Status] | None:
         """(uid, status) of the pod the agent knows by that name (the newest if several)."""
@@ -341,7 +341,7 @@ class Framework:
 
     def _log_dir(self, name: str, container: str) -> Path:
         uid = self.uid(name)
-        pod_dir = logreader.pod_log_dir(self.node.config.pod_logs_dir, self.namespace, self.pod_name(name), uid)
+        pod_dir = logreader.pod_log_dir(Path(self.node.config.kubelet.pod_logs_dir), self.namespace, self.pod_name(name), uid)
         return pod_dir / container
 
     def log_file(self, name: str, container: str, previous: bool = False) -> Path:

@@ -60,6 +60,7 @@ def agent_config(workdir: Path, endpoint: str, node_name: str | None = None) -> 
         container_logs_symlink_dir=workdir / "containers-logs",
         healthz_port=0,
         file_check_frequency=5.0,
+        node_ip="127.0.0.1",
     )
 
 

@@ -46,12 +46,15 @@ class ClusterMode:
         # One budget for pod status, deletions and mirror pods, as the kubelet's client has.
         # The Node status and Lease (a write every 10 s each) stay outside it, so that a burst of
         # pod writes can never delay the heartbeat past the node's grace period.
-        self.limiter = TokenBucket(config.kube_api_qps, config.kube_api_burst, clock)
-        self.events = KubeEvents(api, node.name, qps=EVENT_QPS, burst=EVENT_BURST, clock=clock)
+        kubelet = config.kubelet
+        self.limiter = TokenBucket(float(kubelet.kube_api_qps or 50), kubelet.kube_api_burst or 100, clock)
+        # eventRecordQPS 0 means no limit, as for the kubelet.
+        self.events = KubeEvents(api, node.name, qps=float(kubelet.event_record_qps or 0) or 1e9,
+                                 burst=kubelet.event_burst or EVENT_BURST, clock=clock)
         self.node = NodeStatus(api, config, node, runtime,
                                lambda: (relister.healthy, relister.last_relist), clock, self.events.record_node,
                                kubelet_port=kubelet_port)
-        self.lease = NodeLease(api, node.name, config.node_lease_duration_seconds, lambda: self.node.uid, clock)
+        self.lease = NodeLease(api, node.name, kubelet.node_lease_duration_seconds, lambda: self.node.uid, clock)
         self.mirrors = MirrorPods(api, node.name, self.limiter, lambda: self.node.uid, clock,
                                   on_mirror_changed=lambda: self.status_sink.wake())
         self.source = ApiPodSource(api, node.name, bus.publish, mirrors=self.mirrors,

@@ -85,9 +85,24 @@ _TRANSITION_EVENTS = {
 }
 
 
+CONTROLLER_MANAGED_ATTACH = "volumes.kubernetes.io/controller-managed-attach-detach"
+
+
 def architecture() -> str:
     machine = platform.machine()
     return ARCHITECTURES.get(machine, machine)
+
+
+def node_labels(name: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """initialNode's labels: hostname, os and arch (stable and beta), then ``--node-labels``,
+    which win (the kubelet logs each default they overwrite)."""
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": architecture(),
+              "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": architecture()}
+    for key, value in (extra or {}).items():
+        if key in labels and labels[key] != value:
+            log.info("the node label will overwrite default setting", label=key, value=value, default=labels[key])
+        labels[key] = value
+    return labels
 
 
 def _read(path: str) -> str:
@@ -135,20 +150,21 @@ def resources(config: AgentConfig, node: NodeInfo) -> tuple[dict[str, str], dict
     agent's own (the admission stage decides with the same numbers the scheduler sees);
     ephemeral-storage is the rootDir filesystem less reservations and the 10% eviction floor."""
     size, _ = _filesystem(config.root_dir)
+    pods = node.allocatable.get("pods", config.kubelet.max_pods)
     capacity = {
         "cpu": str(os.cpu_count() or 1),
         "memory": _bytes(_meminfo().get("MemTotal", 0)),
-        "pods": str(config.max_pods),
+        "pods": str(pods),
         "ephemeral-storage": _bytes(size),
     }
     ephemeral = size - int(size * EVICTION_HARD_NODEFS)
-    for reserved in (config.kube_reserved, config.system_reserved):
+    for reserved in (config.kubelet.kube_reserved or {}, config.kubelet.system_reserved or {}):
         if "ephemeral-storage" in reserved:
             ephemeral -= quantity.base_units("ephemeral-storage", reserved["ephemeral-storage"])
     allocatable = {
         "cpu": _cpu(int(node.allocatable.get("cpu", 0))),
         "memory": _bytes(int(node.allocatable.get("memory", 0))),
-        "pods": str(node.allocatable.get("pods", config.max_pods)),
+        "pods": str(pods),
         "ephemeral-storage": str(max(ephemeral, 0)),
     }
     return capacity, allocatable
@@ -168,7 +184,8 @@ class NodeStatus:
         self._relister_health = relister_health
         self._clock = clock or SystemClock()
         self._record_event = record_event
-        self._kubelet_port = kubelet_port or (lambda: config.port)
+        self._kubelet_port = kubelet_port or (lambda: config.kubelet.port)
+        self._kubelet = config.kubelet
         """Where the kubelet API listens (the bound port when ``port`` is 0)."""
         self.uid: str | None = None
         self.registered = anyio.Event()
@@ -200,28 +217,46 @@ class NodeStatus:
                     await self.register()
                 await self.update()
                 delay = RETRY_INITIAL_SECONDS
-                await self._clock.sleep(self._config.node_status_update_frequency)
+                await self._clock.sleep(self._kubelet.node_status_update_frequency)
             except Exception as exc:  # noqa: BLE001 - the API server is away: retry, keep the node running
                 log.warning("node status not written; retrying", error=describe(exc), retry_in=delay)
                 await self._clock.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS, self._config.node_status_update_frequency)
+                delay = min(delay * 2, RETRY_MAX_SECONDS, self._kubelet.node_status_update_frequency)
+
+    def initial(self) -> dict[str, Any]:
+        """initialNode: labels, the controller-managed attach-detach annotation, the
+        registerWithTaints taints, spec.providerID."""
+        metadata: dict[str, Any] = {"name": self.name, "labels": self.labels()}
+        if self._kubelet.enable_controller_attach_detach is not False:
+            metadata["annotations"] = {CONTROLLER_MANAGED_ATTACH: "true"}
+        spec: dict[str, Any] = {}
+        if self._kubelet.register_with_taints:
+            spec["taints"] = [t.model_dump(exclude_defaults=True, exclude_none=True, by_alias=True)
+                              for t in self._kubelet.register_with_taints]
+        if self._kubelet.provider_id:
+            spec["providerID"] = self._kubelet.provider_id
+        return {"apiVersion": "v1", "kind": "Node", "metadata": metadata, "spec": spec}
 
     async def register(self) -> None:
-        """Create the Node, or adopt the existing one (labels updated), then write its status."""
-        labels = self.labels()
-        spec: dict[str, Any] = {}
-        if self._config.register_with_taints:
-            spec["taints"] = [t.model_dump(exclude_defaults=True) for t in self._config.register_with_taints]
-        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "labels": labels}, "spec": spec}
-        try:
-            created = await self._api.create(Node.from_dict(body))
-            log.info("node registered", node=self.name)
-        except Exception as exc:
-            if not is_conflict(exc):
-                raise
-            created = await self._api.patch(Node, self.name, {"metadata": {"labels": labels}},
-                                            patch_type=PatchType.MERGE)
-            log.info("node exists; updated it", node=self.name)
+        """Create the Node, or adopt the existing one (labels updated), then write its status.
+        With ``registerNode: false`` the Node is only adopted: until someone creates it, the
+        status waits (and says so)."""
+        body = self.initial()
+        labels = body["metadata"]["labels"]
+        if self._kubelet.register_node is False:
+            created = await self._api.get(Node, self.name)  # NotFound: retried with back-off
+            log.info("registerNode is false; adopted the existing node", node=self.name)
+        else:
+            try:
+                created = await self._api.create(Node.from_dict(body))
+                log.info("node registered", node=self.name)
+            except Exception as exc:
+                if not is_conflict(exc):
+                    raise
+                created = await self._api.patch(Node, self.name, {"metadata": {
+                    "labels": labels, "annotations": body["metadata"].get("annotations")}},
+                    patch_type=PatchType.MERGE)
+                log.info("node exists; updated it", node=self.name)
         self.uid = created.metadata.uid
         # A restarted agent keeps the transition times the Node already shows.
         for condition in (created.status.conditions if created.status else None) or []:
@@ -235,7 +270,7 @@ class NodeStatus:
         """Write the status if it changed or is due; re-register a Node that was deleted."""
         status = await self.compute()
         now = self._clock.monotonic()
-        if status == self._reported and now - self._reported_at < self._config.node_status_report_frequency:
+        if status == self._reported and now - self._reported_at < self._kubelet.node_status_report_frequency:
             return
         stamped = self._stamp(status)
         try:
@@ -252,12 +287,7 @@ class NodeStatus:
     # --- what the status says ----------------------------------------------------------
 
     def labels(self) -> dict[str, str]:
-        return {
-            **dict(self._node.labels),
-            "kubernetes.io/hostname": self.name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": architecture(),
-        }
+        return {**node_labels(self.name), **dict(self._node.labels)}
 
     async def _version(self) -> None:
         """containerRuntimeVersion; until the runtime answers, empty (and Ready says why)."""
@@ -282,7 +312,7 @@ class NodeStatus:
             "capacity": capacity,
             "allocatable": allocatable,
             "conditions": conditions,
-            "addresses": [{"type": "InternalIP", "address": self._node.ip},
+            "addresses": [*({"type": "InternalIP", "address": ip} for ip in (self._node.ips or (self._node.ip,))),
                           {"type": "Hostname", "address": self.name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self._kubelet_port()}},
             "declaredFeatures": list(DECLARED_FEATURES),
@@ -311,7 +341,7 @@ class NodeStatus:
             log.debug("CRI ListImages failed", error=str(exc))
             return []
         images.sort(key=lambda image: image.size, reverse=True)
-        limit = self._config.node_status_max_images
+        limit = self._kubelet.node_status_max_images if self._kubelet.node_status_max_images is not None else 50
         if limit > -1:
             images = images[:limit]
         return [{"names": [*image.repo_digests, *image.repo_tags][:MAX_NAMES_PER_IMAGE], "sizeBytes": image.size}

@@ -248,7 +248,7 @@ def _with_authenticated(user: UserInfo) -> UserInfo:
 
 
 def webhook_enabled(config: AgentConfig) -> bool:
-    enabled = config.authentication.webhook.enabled
+    enabled = config.kubelet.authentication.webhook.enabled
     return enabled if enabled is not None else config.kubeconfig is not None
 
 
@@ -263,8 +263,8 @@ class ClientCA:
 
 def client_ca(config: AgentConfig) -> ClientCA | None:
     """``clientCAFile``, or in cluster mode the cluster CA of the node's kubeconfig."""
-    if config.authentication.x509.client_ca_file is not None:
-        return ClientCA(config.authentication.x509.client_ca_file)
+    if config.kubelet.authentication.x509.client_ca_file:
+        return ClientCA(Path(config.kubelet.authentication.x509.client_ca_file))
     if config.kubeconfig is None:
         return None
     from lightkube import KubeConfig
@@ -315,10 +315,10 @@ def build(config: AgentConfig, api: Any, ca: ClientCA | None) -> Chain:
     if webhook_enabled(config):
         if api is None:
             raise ConfigError("no client provided, cannot use webhook authentication")
-        reviewer = TokenReviewer(api, config.authentication.webhook.cache_ttl)
+        reviewer = TokenReviewer(api, config.kubelet.authentication.webhook.cache_ttl)
         authenticators += [TokenAuthenticator(reviewer, bearer_token), TokenAuthenticator(reviewer, websocket_token)]
         names.append("webhook")
-    anonymous = config.authentication.anonymous.enabled
+    anonymous = bool(config.kubelet.authentication.anonymous.enabled)
     if anonymous:
         names.append("anonymous")
     if not names:

@@ -155,8 +155,8 @@ def error_message(attrs: Attributes) -> str:
 
 
 def mode(config: AgentConfig) -> str:
-    if config.authorization.mode is not None:
-        return config.authorization.mode
+    if config.kubelet.authorization.mode is not None:
+        return config.kubelet.authorization.mode
     return "Webhook" if config.kubeconfig is not None else "AlwaysAllow"
 
 
@@ -166,7 +166,7 @@ def build(config: AgentConfig, api: Any) -> Authorizer:
         return AlwaysAllow()
     if api is None:
         raise ConfigError("no client provided, cannot use webhook authorization")
-    webhook = config.authorization.webhook
+    webhook = config.kubelet.authorization.webhook
     return WebhookAuthorizer(api, webhook.cache_authorized_ttl, webhook.cache_unauthorized_ttl)
 
 

@@ -1,8 +1,9 @@
 """The serving certificate and the TLS context of the kubelet API.
 
 Like the kubelet: ``tlsCertFile``/``tlsPrivateKeyFile`` when configured; otherwise a
-self-signed certificate made once at start under ``rootDir/pki`` (the kubelet's ``--cert-dir``,
-files ``kubelet.crt``/``kubelet.key``) and reused while both files exist. It names the node
+self-signed certificate made once at start in ``--cert-dir`` (default ``rootDir/pki``; files
+``kubelet.crt``/``kubelet.key``) and reused while both files exist. (With ``serverTLSBootstrap``
+the cluster signs it instead: nodeagent/certificates.) It names the node
 (name, host name, node IP) so that a client given it as trust anchor can verify the node; the
 API server only verifies kubelets when it has ``--kubelet-certificate-authority``.
 
@@ -18,6 +19,7 @@ import socket
 import ssl
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import structlog
@@ -33,25 +35,25 @@ class CertificateError(Exception):
     """No serving certificate could be loaded or made; the message says what to configure."""
 
 
-def serving_pair(config: AgentConfig) -> tuple[Path, Path]:
+def serving_pair(config: AgentConfig, node_ips: Sequence[str] = ()) -> tuple[Path, Path]:
     """(certificate, key) files, made if they are not configured and do not exist yet."""
-    if config.tls_cert_file is not None and config.tls_private_key_file is not None:
-        return config.tls_cert_file, config.tls_private_key_file
-    directory = config.root_dir / "pki"
+    if config.kubelet.tls_cert_file and config.kubelet.tls_private_key_file:
+        return Path(config.kubelet.tls_cert_file), Path(config.kubelet.tls_private_key_file)
+    directory = config.flags.pki_dir
     cert, key = directory / "kubelet.crt", directory / "kubelet.key"
     if cert.is_file() and key.is_file():
         return cert, key
     directory.mkdir(parents=True, exist_ok=True)
-    names = _subject_alt_names(config)
+    names = _subject_alt_names(config, node_ips)
     host = socket.gethostname().lower() or config.node_name
     _self_signed(cert, key, f"{host}@{int(time.time())}", names)
     log.info("generated a self-signed serving certificate", cert=str(cert), names=",".join(names))
     return cert, key
 
 
-def _subject_alt_names(config: AgentConfig) -> list[str]:
+def _subject_alt_names(config: AgentConfig, node_ips: Sequence[str]) -> list[str]:
     names: list[str] = []
-    for name in (config.node_name, socket.gethostname().lower(), config.node_ip):
+    for name in (config.node_name, socket.gethostname().lower(), *(node_ips or config.node_ips)):
         if not name:
             continue
         try:
@@ -87,12 +89,18 @@ def _self_signed(cert: Path, key: Path, common_name: str, names: list[str]) -> N
     os.replace(tmp_cert, cert)
 
 
-def server_context(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContext:
-    """TLS 1.2+, HTTP/1.1 only (so Go clients do not try HTTP/2). With a client CA, a client
-    certificate is verified when presented; requests without one are refused by the server
-    (401) rather than by the handshake, as the kubelet answers anonymous requests."""
+TLS_VERSIONS = {"VersionTLS12": ssl.TLSVersion.TLSv1_2, "VersionTLS13": ssl.TLSVersion.TLSv1_3}
+
+
+def server_context(cert: Path, key: Path, client_ca: Path | None, *, min_version: str = "") -> ssl.SSLContext:
+    """TLS 1.2+ (``tlsMinVersion`` VersionTLS13: 1.3), HTTP/1.1 only (so Go clients do not try
+    HTTP/2). With a client CA, a client certificate is verified when presented; requests
+    without one are refused by the server (401) rather than by the handshake, as the kubelet
+    answers anonymous requests."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if min_version and min_version not in TLS_VERSIONS and min_version not in ("VersionTLS10", "VersionTLS11"):
+        raise CertificateError(f"unrecognized TLS version: {min_version}")
+    context.minimum_version = TLS_VERSIONS.get(min_version, ssl.TLSVersion.TLSv1_2)
     try:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:

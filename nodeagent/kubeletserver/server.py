@@ -23,6 +23,7 @@ import resource
 import ssl
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -34,6 +35,8 @@ from anyio.streams.tls import TLSAttribute, TLSStream
 from cri import CriError, RuntimeClient
 from cri import types as t
 from nodeagent import logreader as lr
+from nodeagent.certificates.manager import CertificateManager
+from nodeagent.certificates.store import Pair
 from nodeagent.config import AgentConfig
 from nodeagent.events import PodRef
 from nodeagent.kubeletserver import authn, authz, containerlogs, streams
@@ -43,6 +46,7 @@ from nodeagent.kubeletserver.wire import BadRequest, Request, StatusRecorder, re
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
 from nodeagent.pleg import Relister
+from nodeagent.stages import NodeInfo
 from nodeagent.status import StatusWriter
 
 log = structlog.get_logger("nodeagent.kubeletserver")
@@ -58,7 +62,9 @@ PodEntry = tuple[PodRef, Pod, dict[str, Any], PodState]
 
 def enabled(config: AgentConfig) -> bool:
     """``enableServer``, defaulting to cluster mode (a kubeconfig is configured)."""
-    return config.enable_server if config.enable_server is not None else config.kubeconfig is not None
+    if config.kubelet.enable_server is not None:
+        return config.kubelet.enable_server
+    return config.kubeconfig is not None
 
 
 class SerialSend(ByteStream):
@@ -99,8 +105,13 @@ class KubeletServer:
 
     def __init__(self, config: AgentConfig, *, status: StatusWriter, relister: Relister, runtime: RuntimeClient,
                  healthz: Callable[[], tuple[bool, str]], api: Any = None,
-                 max_connections: int | None = None) -> None:
+                 max_connections: int | None = None, node: NodeInfo | None = None,
+                 serving: CertificateManager | None = None) -> None:
+        """``serving``: the serverTLSBootstrap certificate manager; the API serves once it holds
+        a certificate and loads each renewal in place (no restart, connections stay)."""
         self._config = config
+        self._node = node
+        self._serving = serving
         self._status = status
         self._relister = relister
         self._runtime = runtime
@@ -118,9 +129,22 @@ class KubeletServer:
     async def run(self, *, task_status: anyio.abc.TaskStatus[int | None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled. Reports the bound port once listening, or None if the port is
         taken: then it keeps trying (the kubelet exits instead; pods matter more than logs)."""
-        cert, key = await anyio.to_thread.run_sync(serving_pair, self._config)
         ca = await anyio.to_thread.run_sync(authn.write_client_ca, self._client_ca) if self._client_ca else None
-        self._context = server_context(cert, key, ca)
+        if self._serving is not None:
+            # Until the cluster signs a serving certificate there is nothing to serve with (the
+            # kubelet fails its handshakes meanwhile): report started, listen once one is here.
+            task_status.started(None)
+            task_status = anyio.TASK_STATUS_IGNORED
+            while self._serving.current is None:
+                await anyio.sleep(0.5)
+            pair = self._serving.current
+            cert, key = pair.cert_file, pair.key_file
+        else:
+            ips = list(self._node.ips or (self._node.ip,)) if self._node is not None else []
+            cert, key = await anyio.to_thread.run_sync(lambda: serving_pair(self._config, ips))
+        self._context = server_context(cert, key, ca, min_version=self._config.kubelet.tls_min_version)
+        if self._serving is not None:
+            self._serving.on_rotated(self._reload)
         mode = authz.mode(self._config)
         log.info("kubelet API authentication and authorization", authentication=",".join(self.authenticator.names),
                  client_ca=str(ca) if ca else None, authorization=mode, max_connections=self.connections.limit)
@@ -138,8 +162,15 @@ class KubeletServer:
                 assert isinstance(one, SocketListener)  # what create_tcp_listener makes
                 tg.start_soon(accept_loop, one, self._connection, self.connections, tg)
 
+    def _reload(self, pair: Pair) -> None:
+        """A renewed serving pair: handshakes from now on present it."""
+        assert self._context is not None
+        self._context.load_cert_chain(str(pair.cert_file), str(pair.key_file))
+        log.info("kubelet API serving certificate reloaded", cert=str(pair.cert_file),
+                 not_after=pair.certificate.not_after)
+
     async def _listen(self) -> MultiListener[SocketStream] | None:
-        address, port = self._config.address, self._config.port
+        address, port = self._config.kubelet.address, self._config.kubelet.port
         try:
             listener = await anyio.create_tcp_listener(local_host=address, local_port=port)
         except OSError as exc:
@@ -320,7 +351,7 @@ class KubeletServer:
         statuses = {cs["name"]: cs for key in ("containerStatuses", "initContainerStatuses")
                     for cs in status.get(key, [])}
         try:
-            directory = lr.pod_log_dir(self._config.pod_logs_dir, ref.namespace, ref.name, ref.uid)
+            directory = lr.pod_log_dir(Path(self._config.kubelet.pod_logs_dir), ref.namespace, ref.name, ref.uid)
         except ValueError as exc:  # hostpaths.UnsafeName: a rejected pod has no log directory
             await respond(client, 404, f'pod "{name}" has no logs: {exc}')
             return
@@ -385,7 +416,8 @@ class KubeletServer:
             raise streams.StreamError({"NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429}.get(code, 500), str(exc)) from exc
         log.info("streaming session", kind=kind, pod=f"{ref.namespace}/{ref.name}",
                  protocol=request.header("Upgrade") or "", websocket=websocket)
-        await streams.splice(client, request, url, idle_timeout=self._config.streaming_connection_idle_timeout)
+        await streams.splice(client, request, url,
+                             idle_timeout=self._config.kubelet.streaming_connection_idle_timeout)
 
 
 class _Outcome:

@@ -35,13 +35,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from cri import types as t
 from nodeagent import events as ev
 from nodeagent import hostpaths
 from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, VolumeBind, add_mounts, contribute, remove_mounts
 from nodeagent.model import EmptyDirVolumeSource, Volume, unhonoured_fields
+from nodeagent.pluginconfig import PluginConfig
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
 from plugins.apivolumes.envsources import resolve_env, uses_api
@@ -93,11 +94,11 @@ REPORTED = StashKey[bool]("apivolumes.reported")
 """Standalone: the unhonoured fields were reported (once per pod, not once per prepare)."""
 
 
-class Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-    resync_seconds: float = Field(default=60.0, gt=0, alias="resyncSeconds")
-    """How often objects are re-read (the kubelet's pod sync period is one minute)."""
-    token_refresh_fraction: float = Field(default=REFRESH_FRACTION, gt=0, lt=1, alias="tokenRefreshFraction")
+class Settings(PluginConfig):
+    resync_seconds: float | None = Field(default=None, gt=0)
+    """How often objects are re-read; default the kubelet's syncFrequency (1m0s)."""
+    token_refresh_fraction: float = Field(default=REFRESH_FRACTION, gt=0, lt=1)
+    """A projected service account token is requested again after this fraction of its lifetime."""
 
 
 @dataclass
@@ -126,6 +127,7 @@ class ApiVolumesStage(Prepare, Observe):
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._resync = settings.resync_seconds or 60.0
 
     def describe(self) -> dict[str, Any]:
         return self.settings.model_dump(by_alias=True)
@@ -300,12 +302,12 @@ class ApiVolumesStage(Prepare, Observe):
         while True:
             now = ctx.clock.now()
             if complete:
-                wake = min([now + self.settings.resync_seconds,
+                wake = min([now + self._resync,
                             *(tok.refresh_at(self.settings.token_refresh_fraction)
                               for tok in ctx.stash.get(TOKENS, {}).values())])
             else:
                 wake = now + retry
-                retry = min(retry * 2, self.settings.resync_seconds)
+                retry = min(retry * 2, self._resync)
             # A changed pod (labels, annotations) is resolved at once: projected downwardAPI
             # files follow it as the kubelet's pod sync makes them.
             await pod_changed(ctx, seen, max(wake - now, 0.0))
@@ -342,9 +344,12 @@ def _remove_tree(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> ApiVolumesStage:
-    return ApiVolumesStage(Settings.model_validate(dict(config)))
+def plugin(config: Settings, handle: AgentHandle) -> ApiVolumesStage:
+    if config.resync_seconds is None:  # the kubelet's pod sync period
+        config = config.model_copy(update={"resync_seconds": handle.settings.sync_frequency or 60.0})
+    return ApiVolumesStage(config)
 
 
 plugin.stage_class = ApiVolumesStage  # type: ignore[attr-defined]
+plugin.config_model = Settings  # type: ignore[attr-defined]
 __all__ = ["ApiVolumesStage", "Settings", "Token", "api_fields", "plugin"]

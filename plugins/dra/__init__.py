@@ -33,13 +33,13 @@ from typing import Any, ClassVar, Literal
 
 import anyio
 import structlog
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
 from cri import CriError
 from nodeagent import labels as L
 from nodeagent.claims import ClaimStore
 from nodeagent.events import Event
+from nodeagent.pluginconfig import PluginConfig
 from nodeagent.stages import AgentHandle, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
 from plugins.dra import api, apiclaims, containers
@@ -66,9 +66,14 @@ _WAITING = StashKey[str]("dra.waiting")
 """The message the pod was last shown while waiting (cleared on success)."""
 
 
-class DraConfig(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
-
+class DraConfig(PluginConfig):
+    plugins_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    """Where kubelet plugins (DRA drivers) put their registration sockets (the kubelet's path)."""
+    cdi_spec_dirs: list[Path] = Field(default_factory=lambda: [Path("/etc/cdi"), Path("/var/run/cdi")])
+    """CDI spec directories, lowest priority first (a device in a later one overrides), as
+    containerd's cdi_spec_dirs; read for runtimes that do not resolve CDI themselves."""
+    checkpoint_file: Path | None = None
+    """The prepared ResourceClaims, kept across restarts; default ``<rootDir>/dra_manager_state``."""
     poll_seconds: float = Field(default=1.0, gt=0)
     """How often the plugins-registry directory is looked at (the kubelet's reconciler: 1 s)."""
     health_check_seconds: float = Field(default=10.0, gt=0)
@@ -88,17 +93,16 @@ class DraStage(Prepare):
     name: ClassVar[str] = "dra"
 
     def __init__(self, config: DraConfig, handle: AgentHandle) -> None:
-        settings = handle.settings
         self.config = config
         self.drivers = Drivers()
         api_client = getattr(handle, "api", None)
         self.slices = (SliceWiper(api_client, handle.node.name, config.slice_wipe_delay_seconds)
                        if api_client is not None else None)
-        self.watcher = PluginWatcher(Path(settings.plugins_registry_dir), self.drivers, self._registration,
+        self.watcher = PluginWatcher(config.plugins_registry_dir, self.drivers, self._registration,
                                      poll_seconds=config.poll_seconds, health_seconds=config.health_check_seconds,
                                      call_timeout=config.call_timeout_seconds)
-        self.cache = ClaimCache(Path(settings.dra_checkpoint_path))
-        self.cdi = CdiSpecs([Path(d) for d in settings.cdi_spec_dirs])
+        self.cache = ClaimCache(config.checkpoint_file or handle.settings.root_dir / "dra_manager_state")
+        self.cdi = CdiSpecs(list(config.cdi_spec_dirs))
         # Agents before the claim store (and test harnesses) have none: no claims, pods wait.
         self.claims: ClaimStore = getattr(handle, "claims", None) or ClaimStore()
         self._handle = handle
@@ -431,9 +435,10 @@ class _Locks:
         self._held.clear()
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> DraStage:
-    return DraStage(DraConfig.model_validate(config), handle)
+def plugin(config: DraConfig, handle: AgentHandle) -> DraStage:
+    return DraStage(config, handle)
 
 
 plugin.stage_class = DraStage  # type: ignore[attr-defined]
+plugin.config_model = DraConfig  # type: ignore[attr-defined]
 __all__ = ["DraConfig", "DraStage", "plugin"]

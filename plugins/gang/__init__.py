@@ -30,12 +30,12 @@ from typing import Any, ClassVar, Literal
 
 import anyio
 import structlog
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
 from nodeagent import labels as L
 from nodeagent.events import Event, PodRef
 from nodeagent.model import Pod
+from nodeagent.pluginconfig import PluginConfig
 from nodeagent.stages import (
     Admit,
     AgentHandle,
@@ -87,9 +87,7 @@ from plugins.noderesources import NodeResources
 log = structlog.get_logger("nodeagent.gang")
 
 
-class GangConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
-
+class GangConfig(PluginConfig):
     timeout_seconds: float = Field(default=300.0, gt=0)
     """How long a gang may hold its members' reservations without committing, unless its
     declaration says (coscheduling: scheduleTimeoutSeconds, else 60 s; ours: the
@@ -465,11 +463,12 @@ def _name(pod: Pod) -> str:
     return f"{pod.metadata.namespace}/{pod.metadata.name}"
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> GangStage:
-    return GangStage(GangConfig.model_validate(config), handle)
+def plugin(config: GangConfig, handle: AgentHandle) -> GangStage:
+    return GangStage(config, handle)
 
 
 plugin.stage_class = GangStage  # type: ignore[attr-defined]
+plugin.config_model = GangConfig  # type: ignore[attr-defined]
 
 __all__ = ["ABORTED", "COMMITTED_CONDITION", "LOCAL_ADMISSION_FAILED", "PREPARED_CONDITION", "TIMEOUT", "WAITING",
            "GangConfig", "GangStage", "plugin"]

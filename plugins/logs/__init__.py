@@ -14,14 +14,14 @@ Reading the logs is ``nodeagent logs`` (:mod:`nodeagent.logreader`), which needs
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 
 from cri import CriError
 from nodeagent import hostpaths, quantity
+from nodeagent.pluginconfig import PluginConfig
 from nodeagent.runtimeview import ContainerRecord
 from nodeagent.stages import AgentHandle, Cleanup, Observe, PodContext
 from plugins.logs import rotation, symlink
@@ -115,20 +115,25 @@ class LogsStage(Observe, Cleanup):
         await anyio.to_thread.run_sync(symlink.remove_all, self._links, prefix, self._log_dir(ctx))
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> LogsStage:
-    if config:
-        raise TypeError(f"logs takes no configuration of its own (it reads containerLogMaxSize, "
-                        f"containerLogMaxFiles, containerLogMonitorInterval and containerLogsSymlinkDir), "
-                        f"got {sorted(config)}")
+class LogsConfig(PluginConfig):
+    container_logs_symlink_dir: Path = Path("/var/log/containers")
+    """Where the legacy ``<pod>_<ns>_<container>-<id>.log`` symlinks go (the kubelet hard-codes
+    /var/log/containers)."""
+
+
+def plugin(config: LogsConfig, handle: AgentHandle) -> LogsStage:
+    """The symlink directory is this plugin's own; podLogsDir and rotation (containerLogMaxSize,
+    containerLogMaxFiles, containerLogMonitorInterval) are the kubelet's."""
     s = handle.settings
     return LogsStage(
         pod_logs_dir=Path(s.pod_logs_dir),
-        symlink_dir=Path(s.container_logs_symlink_dir),
+        symlink_dir=config.container_logs_symlink_dir,
         max_size=quantity.bytes_(s.container_log_max_size),
-        max_files=int(s.container_log_max_files),
-        interval=float(s.container_log_monitor_interval),
+        max_files=s.container_log_max_files or 5,
+        interval=s.container_log_monitor_interval or 10.0,
     )
 
 
 plugin.stage_class = LogsStage  # type: ignore[attr-defined]
+plugin.config_model = LogsConfig  # type: ignore[attr-defined]
 __all__ = ["LogsStage", "plugin"]

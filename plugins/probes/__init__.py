@@ -18,9 +18,9 @@ Facts: ``ProbeFailed``, ``ProbeWarned``, ``ProbeResultChanged``, ``UnhealthyCont
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import AgentHandle, Observe, PodContext
 from plugins.probes.events import (
     ProbeFailed,
@@ -44,11 +44,10 @@ class ProbesStage(Observe):
         await probes.run()
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> ProbesStage:
-    if config:
-        raise TypeError(f"probes takes no configuration, got {sorted(config)}")
+def plugin(config: NoConfig, handle: AgentHandle) -> ProbesStage:
     return ProbesStage()
 
 
 plugin.stage_class = ProbesStage  # type: ignore[attr-defined]
+plugin.config_model = NoConfig  # type: ignore[attr-defined]
 __all__ = ["ProbeFailed", "ProbeResultChanged", "ProbeWarned", "ProbesStage", "UnhealthyContainerKilled", "plugin"]

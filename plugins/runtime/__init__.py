@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 import anyio.abc
@@ -34,6 +33,7 @@ from cri import types as t
 from nodeagent import hostpaths
 from nodeagent import labels as L
 from nodeagent.events import SandboxRemoved, SandboxStarted
+from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import (
     AgentHandle,
     Cleanup,
@@ -305,16 +305,18 @@ async def _until_changed(ctx: PodContext, seconds: float) -> None:
         tg.start_soon(spec_changed)
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> RuntimeStage:
-    if config:
-        raise TypeError(f"runtime takes no configuration, got {sorted(config)}")
+def plugin(config: NoConfig, handle: AgentHandle) -> RuntimeStage:
+    """Everything the runtime stage reads is the kubelet's: rootDir, podLogsDir, the image
+    credential verification policy and allowlist."""
     settings = handle.settings
-    root_dir = Path(settings.root_dir)
-    records = PullRecords(root_dir / "image_manager", settings.image_pull_credentials_verification_policy,
-                          settings.preloaded_images_verification_allowlist)
+    root_dir = settings.root_dir
+    # Without the KubeletEnsureSecretPulledImages gate there is no policy: nothing is verified.
+    records = PullRecords(root_dir / "image_manager", settings.image_pull_credentials_verification_policy or
+                          "NeverVerify", settings.preloaded_images_verification_allowlist or [])
     return RuntimeStage(handle.node.name, Path(settings.pod_logs_dir), NodeKeyring(root_dir, handle.clock.monotonic),
                         records)
 
 
 plugin.stage_class = RuntimeStage  # type: ignore[attr-defined]
+plugin.config_model = NoConfig  # type: ignore[attr-defined]
 __all__ = ["AlreadyExists", "RuntimeStage", "plugin"]

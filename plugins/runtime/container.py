@@ -20,6 +20,7 @@ from nodeagent import hostpaths
 from nodeagent import labels as L
 from nodeagent.additions import ContainerAdditions
 from nodeagent.errors import Retryable
+from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.model import Container, Pod
 from nodeagent.stages import NodeInfo, PodContext
 from plugins.runtime import hosts, security
@@ -71,12 +72,13 @@ async def runtime_inputs(ctx: PodContext, sandbox_id: str, image_ref: str) -> di
     return {"pod_ips": [ip for ip in ips if ip], "node": ctx.node, "image": image, "settings": ctx.settings}
 
 
-def _hosts_mount(pod: Pod, facts: PodFacts, settings: Any, mounts: Sequence[t.Mount]) -> t.Mount | None:
+def _hosts_mount(pod: Pod, facts: PodFacts, settings: NodeConfig | None,
+                 mounts: Sequence[t.Mount]) -> t.Mount | None:
     """makeHostsMount: the kubelet-managed /etc/hosts, unless the container mounts its own."""
-    root_dir = getattr(settings, "root_dir", None)
-    if root_dir is None or any(m.container_path == hosts.ETC_HOSTS for m in mounts):
+    if settings is None or any(m.container_path == hosts.ETC_HOSTS for m in mounts):
         return None
-    content = hosts.hosts_content(pod, facts.pod_ips, getattr(settings, "cluster_domain", DEFAULT_CLUSTER_DOMAIN))
+    root_dir = settings.root_dir
+    content = hosts.hosts_content(pod, facts.pod_ips, settings.cluster_domain)
     if content is None:
         return None
     path = hostpaths.etc_hosts(hostpaths.pod_dir(Path(root_dir), pod.uid))
@@ -91,7 +93,7 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
                      container_type: str = "container",
                      additions: ContainerAdditions | None = None, *,
                      pod_ip: str = "", pod_ips: Sequence[str] = (), node: NodeInfo | None = None,
-                     image: t.Image | None = None, settings: Any = None) -> t.ContainerConfig:
+                     image: t.Image | None = None, settings: NodeConfig | None = None) -> t.ContainerConfig:
     """Build the CRI config of one container instance.
 
     Keyword inputs the kubelet also uses, each optional so that callers without them still get
@@ -157,7 +159,7 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
         linux=t.LinuxContainerConfig(
             resources=linux_resources(container, pod),
             security_context=security.container_security(
-                pod, container, user, root_dir=getattr(settings, "root_dir", None),
-                seccomp_default=getattr(settings, "seccomp_default", False)),
+                pod, container, user, root_dir=settings.root_dir if settings is not None else None,
+                seccomp_default=bool(settings is not None and settings.seccomp_default)),
         ),
     )

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from cri import types as t
 from nodeagent import hostpaths
 from nodeagent import labels as L
 from nodeagent.errors import Retryable
+from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.model import Pod
 from plugins.runtime import hosts, podcgroup, security
 from plugins.runtime.hosts import host_dns
 
 _PROTOCOLS = {"TCP": t.Protocol.TCP, "UDP": t.Protocol.UDP, "SCTP": t.Protocol.SCTP}
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+RESOLV_CONF = Path("/etc/resolv.conf")
 
 __all__ = ["SandboxConfigError", "host_dns", "log_directory", "pod_labels", "sandbox_config"]
 
@@ -42,12 +43,13 @@ def pod_labels(pod: Pod, node_name: str) -> dict[str, str]:
 
 
 def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path, node_name: str, *,
-                   settings: Any = None) -> t.PodSandboxConfig:
-    """``settings`` (the agent's configuration) supplies clusterDomain, clusterDNS, rootDir and
-    seccompDefault; without it the kubelet's defaults apply (cluster.local, no cluster DNS)."""
+                   settings: NodeConfig | None = None) -> t.PodSandboxConfig:
+    """``settings`` (the node's configuration) supplies clusterDomain, clusterDNS, resolvConf,
+    rootDir and seccompDefault; without it: cluster.local, no cluster DNS, /etc/resolv.conf."""
     spec = pod.spec
-    cluster_domain = getattr(settings, "cluster_domain", DEFAULT_CLUSTER_DOMAIN)
-    root_dir = getattr(settings, "root_dir", None)
+    cluster_domain = settings.cluster_domain if settings is not None else DEFAULT_CLUSTER_DOMAIN
+    root_dir = settings.root_dir if settings is not None else None
+    resolv_conf = Path(settings.resolv_conf) if settings is not None and settings.resolv_conf else RESOLV_CONF
     hostname = ""
     if not spec.host_network:
         # runc cannot set a hostname without its own UTS namespace: host-network pods get none.
@@ -67,15 +69,15 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path, node_name: str, *
                                       attempt=attempt),
         hostname=hostname,
         log_directory=str(log_directory(pod_logs_dir, pod)),
-        dns_config=hosts.pod_dns(pod, cluster_dns=getattr(settings, "cluster_dns", ()),
-                                 cluster_domain=cluster_domain),
+        dns_config=hosts.pod_dns(pod, cluster_dns=settings.cluster_dns_servers if settings is not None else (),
+                                 cluster_domain=cluster_domain, resolv_conf=resolv_conf),
         port_mappings=ports,
         labels=pod_labels(pod, node_name),
         annotations=dict(pod.metadata.annotations),
         linux=t.LinuxPodSandboxConfig(
             cgroup_parent=podcgroup.cgroup_parent(pod),
-            security_context=security.sandbox_security(pod, root_dir=root_dir,
-                                                       seccomp_default=getattr(settings, "seccomp_default", False)),
+            security_context=security.sandbox_security(
+                pod, root_dir=root_dir, seccomp_default=bool(settings is not None and settings.seccomp_default)),
             sysctls=security.sysctls(pod),
         ),
     )

@@ -175,7 +175,10 @@ class Syncer:
         pod = ctx.pod
         name = step.container.name
         key = f"{pod.metadata.name}_{pod.metadata.namespace}_{pod.uid}_{name}_{container_hash(step.container)}"
-        backoff = ctx.stash.setdefault(BACKOFF, Backoff(CRASHLOOP_INITIAL, CRASHLOOP_MAX))
+        # crashLoopBackOff.maxContainerRestartPeriod (KubeletCrashLoopBackOffMax): the longest
+        # delay, and the first one too when it is shorter than 10 s.
+        longest = ctx.settings.crash_loop_back_off.max_container_restart_period or CRASHLOOP_MAX
+        backoff = ctx.stash.setdefault(BACKOFF, Backoff(min(CRASHLOOP_INITIAL, longest), longest))
         exited_at = _exit_time(ctx, latest)
         now = ctx.clock.monotonic()
         wait = backoff.remaining(key, exited_at, now)

@@ -21,7 +21,7 @@ import functools
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 
@@ -29,6 +29,7 @@ from cri import types as t
 from nodeagent import hostpaths
 from nodeagent.additions import CONTAINER_ADDITIONS, VolumeBind, add_mounts, contribute, remove_mounts
 from nodeagent.model import DownwardAPIVolumeSource, Volume
+from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
 from plugins.runtime.env import FieldError, PodFacts, container_env
@@ -161,11 +162,10 @@ class VolumesStage(Prepare, Observe):
         self._withdraw(ctx)
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> VolumesStage:
-    if config:
-        raise TypeError(f"volumes takes no configuration, got {sorted(config)}")
+def plugin(config: NoConfig, handle: AgentHandle) -> VolumesStage:
     return VolumesStage()
 
 
 plugin.stage_class = VolumesStage  # type: ignore[attr-defined]
+plugin.config_model = NoConfig  # type: ignore[attr-defined]
 __all__ = ["VolumesStage", "plugin"]

@@ -21,6 +21,7 @@ from conformance.standalone.framework import (
     case,
     container_status,
 )
+from plugins.logs import LogsConfig
 
 FILE = "test/e2e_node/log_path_test.go"
 PREFIX = "[sig-node] ContainerLogPath [NodeConformance] Pod with a container printed log to stdout"
@@ -58,7 +59,7 @@ async def cri_log_path(f: Framework) -> None:
     ``<podLogsDir>/<ns>_<pod>_<uid>/logger/0.log``. Port: the host file is read directly
     instead of through a checker pod."""
     name = await create_log_pod(f)
-    path = (f.node.config.pod_logs_dir / f"{f.namespace}_{f.pod_name(name)}_{f.uid(name)}" / "logger" / "0.log")
+    path = (Path(f.node.config.kubelet.pod_logs_dir) / f"{f.namespace}_{f.pod_name(name)}_{f.uid(name)}" / "logger" / "0.log")
     await expect_log_in(path)
 
 
@@ -74,5 +75,6 @@ async def legacy_log_path(f: Framework) -> None:
     container_id = cs.get("containerID", "").removeprefix("containerd://")
     if not container_id:
         raise AssertionError(f"the logger container has no containerID: {cs}")
-    path = f.node.config.container_logs_symlink_dir / f"{f.pod_name(name)}_{f.namespace}_logger-{container_id}.log"
+    links = LogsConfig.model_validate(f.node.config.plugins.get("logs", {})).container_logs_symlink_dir
+    path = links / f"{f.pod_name(name)}_{f.namespace}_logger-{container_id}.log"
     await expect_log_in(path)

@@ -36,6 +36,7 @@ from nodeagent.kubeletserver import KubeletServer
 from nodeagent.kubeletserver import enabled as kubelet_server_enabled
 from nodeagent.lifecycle import PodState
 from nodeagent.metrics import Metrics
+from nodeagent.objects import ApiObjects, FileObjects, ObjectStore
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline, load
 from nodeagent.sources.static import StaticPodSource
@@ -97,6 +98,8 @@ class Handle:
     bus: Bus
     claims: ClaimStore
     """The ResourceClaims the sources know (read by the dra stage)."""
+    objects: ObjectStore
+    """API objects (cluster: list and watch with the node's credentials; standalone: manifests)."""
     api: Any = None
     """The API client (lightkube AsyncClient) in cluster mode; None when standalone."""
 
@@ -138,6 +141,8 @@ class Agent:
             sinks.append(self.cluster.status_sink)
         self.status = StatusWriter(sinks, host_ip=config.node_ip, contain=self._contain)
         self.claims = ClaimStore()
+        self.objects: ApiObjects | FileObjects = ApiObjects(self.api, self.clock) if self.api is not None \
+            else FileObjects()
         self.pipeline: Pipeline | None = None
         self.dispatcher: Dispatcher | None = None
         self.endpoint_port: int | None = None
@@ -158,7 +163,8 @@ class Agent:
             log.error("task failed before the supervisor started", task=task, error=repr(exc))
 
     def load_pipeline(self) -> Pipeline:
-        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.claims, api=self.api)
+        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.claims, self.objects,
+                        api=self.api)
         pipeline, warnings = load(self.config.profile, self.config.plugins, handle)
         for warning in warnings:
             log.warning(warning)
@@ -185,6 +191,7 @@ class Agent:
         try:
             async with anyio.create_task_group() as tg:
                 sup = self.supervisor = Supervisor(tg, offer=self.bus.offer, clock=self.clock)
+                await sup.start(self.objects.run, name="objects")  # stages' views start as they ask
                 self._subscribe(sup, "eventlog", self._log_event)
                 self._subscribe(sup, "trace", self.trace.record)
                 self._subscribe(sup, "metrics", self.metrics.count)
@@ -200,6 +207,7 @@ class Agent:
                 services = Services(
                     runtime=self.runtime, clock=self.clock, node=self.node, settings=self.config,
                     relister=self.relister, status=self.status, publish=self.bus.publish, api=self.api,
+                    objects=self.objects,
                     admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,
                     root_dir=self.config.root_dir,
                     observe_stage_time=lambda stage, phase, s: self.metrics.stage.observe(s, stage, phase),

@@ -39,6 +39,7 @@ from nodeagent.stash import Stash
 
 if TYPE_CHECKING:
     from cri import RuntimeClient
+    from nodeagent.objects import ObjectStore
     from nodeagent.runtimeview import PodRuntime
 
 
@@ -211,6 +212,10 @@ class PodContext(Protocol):
     def api(self) -> Any:
         """The Kubernetes API client (lightkube AsyncClient) in cluster mode; None standalone.
         Stages that read API objects (configMaps, secrets, claims) use it; none opens its own."""
+
+    @property
+    def objects(self) -> ObjectStore:
+        """The agent's object store (see AgentHandle.objects)."""
 
     @property
     def facts(self) -> FactAccess:
@@ -394,6 +399,10 @@ class AgentHandle(Protocol):
     runtime: RuntimeClient
     clock: Clock
     node: NodeInfo
+    objects: ObjectStore
+    """API objects with the node's credentials (nodeagent.objects): views kept current by list
+    and watch, cached reads by name, the few writes stages make. Standalone: the documents
+    beside the static pods. A stage never opens a client of its own."""
     api: Any
     """The Kubernetes API client in cluster mode; None standalone."""
 

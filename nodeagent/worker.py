@@ -78,6 +78,8 @@ class Services:
     root_dir: Path
     api: Any = None
     """The Kubernetes API client in cluster mode (lightkube AsyncClient); None when standalone."""
+    objects: Any = None
+    """The agent's object store (nodeagent.objects); stages reach it as ``ctx.objects``."""
     setup_slots: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(SETUP_CONCURRENCY))
     """Pods in prepare or start at once. The runtime serialises much of the work anyway; with
     every pod in flight each one finishes near the end of a burst, so a bound roughly halves
@@ -127,6 +129,10 @@ class StageContext:
     @property
     def api(self) -> Any:
         return self._worker.services.api
+
+    @property
+    def objects(self) -> Any:
+        return self._worker.services.objects
 
     @property
     def pod_dir(self) -> Path:

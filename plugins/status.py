@@ -26,7 +26,7 @@ from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import AgentHandle, Observe, PodContext
 from nodeagent.stash import StashKey
 from nodeagent.status import rfc3339
-from plugins.restartpolicy import container_should_restart, is_sidecar, should_restart
+from nodeagent.kube.restartpolicy import container_should_restart, is_sidecar, should_restart
 from plugins.runtime import restartall
 from plugins.runtime.notes import notes_of
 from plugins.runtime.plan import latest_in, newest_sandbox
@@ -38,7 +38,7 @@ from plugins.runtime.resize import (
     status_resources,
     with_resources,
 )
-from plugins.runtime.resources import FIT_RESOURCES, pod_requests
+from nodeagent.kube.resources import FIT_RESOURCES, pod_requests
 from plugins.runtime.termination_message import MAX_POD_MESSAGE_BYTES, read_message
 
 RESYNC_SECONDS = 10.0

@@ -40,7 +40,7 @@ from plugins.apivolumes.envsources import resolve_env
 from plugins.apivolumes.objects import ObjectReader
 from plugins.apivolumes.payload import VolumeError, volume_payload
 from plugins.apivolumes.tokens import TOKENS, Token
-from plugins.runtime.env import FieldError, PodFacts, container_env
+from nodeagent.kube.env import FieldError, PodFacts, container_env
 from plugins.volumes.mountinfo import mounts_under
 from tests.agent_helpers import BUSYBOX_IMAGE, AgentEnv, running_agent, wait_for
 

@@ -13,7 +13,7 @@ import pytest
 from conformance.contract import StageContract
 from nodeagent import labels as L
 from nodeagent.model import Pod
-from plugins.runtime import env as env_module
+from nodeagent.kube import env as env_module
 from plugins.runtime import hosts, resources, security
 from tests.agent_helpers import (
     BUSYBOX_IMAGE,

@@ -10,7 +10,7 @@ bound to the pod), and
   writer (the kubelet's ``..data`` layout); secret and projected volumes on a tmpfs;
 * contributes each container's volumeMounts of them (read-only, subPath) and the values its
   envFrom / configMapKeyRef / secretKeyRef take (:class:`nodeagent.additions.ApiEnv`, read by
-  plugins/runtime/env.py) through :mod:`nodeagent.additions`.
+  nodeagent/kube/env.py) through :mod:`nodeagent.additions`.
 
 A required configMap or secret that is missing makes a volume fail (RETRY, ``FailedMount``,
 the kubelet's ``MountVolume.SetUp failed for volume "v" : configmap "x" not found``); for env
@@ -65,7 +65,7 @@ from plugins.apivolumes.tokens import (
     TokenUnavailable,
     request_token,
 )
-from plugins.runtime.env import FieldError, PodFacts, container_env
+from nodeagent.kube.env import FieldError, PodFacts, container_env
 from plugins.volumes import sources
 from plugins.volumes.mountinfo import (
     MountError,

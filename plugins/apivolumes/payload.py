@@ -19,7 +19,7 @@ from nodeagent.model import (
 )
 from plugins.apivolumes.objects import Kind, ObjectData, ObjectReader, ObjectUnavailable
 from plugins.apivolumes.tokens import TokenUnavailable
-from plugins.runtime.env import FieldError, PodFacts
+from nodeagent.kube.env import FieldError, PodFacts
 from plugins.volumes import sources
 from plugins.volumes.ownership import fs_group_of
 

@@ -4,7 +4,7 @@ every container of an API pod sees the services of its namespace (unless
 style variables, e.g. ``FOO_SERVICE_HOST``, ``FOO_SERVICE_PORT``, ``FOO_PORT_80_TCP_ADDR``.
 
 They have the lowest precedence: the container's env and envFrom win, and a value may refer to
-them with ``$(VAR)`` (plugins/runtime/env.py). The kubelet reads them from a service informer;
+them with ``$(VAR)`` (nodeagent/kube/env.py). The kubelet reads them from a service informer;
 we list the namespace's services at each pass of the apivolumes stage (its prepare and its
 resync), which the node's credentials allow."""
 

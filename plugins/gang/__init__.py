@@ -35,7 +35,9 @@ from pydantic.alias_generators import to_camel
 
 from nodeagent import labels as L
 from nodeagent.events import Event, PodRef
+from nodeagent.kube import nodefit
 from nodeagent.model import Pod
+from nodeagent.objects.ownnode import labels_of, own_node
 from nodeagent.stages import (
     Admit,
     AgentHandle,
@@ -82,7 +84,6 @@ from plugins.gang.state import (
     Member,
 )
 from plugins.gang.view import ClusterView
-from plugins.noderesources import NodeResources
 
 log = structlog.get_logger("nodeagent.gang")
 
@@ -140,7 +141,9 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
         decided on this node alone."""
         if view is not None:
             view.on_change = self._view_changed
-        self._fit = NodeResources(api)  # the same node-fit checks as the noderesources stage
+        objects = getattr(handle, "objects", None)
+        self._node = own_node(objects, self._node_name) if objects is not None else None
+        """The Node's labels for the node-fit checks (the same as the noderesources stage's)."""
         self._outbox: list[Event] = []
         self.gangs = Gangs()
         self.metrics = GangMetrics()
@@ -192,7 +195,7 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
             record = self._abort_record_for(pod, decl)
             if record is not None:
                 return Result.reject(record[0], record[1])
-        fit = await self._fit.admit(pod, node)
+        fit = nodefit.fit(pod, node, labels_of(self._node) if self._node is not None else None)
         if fit.verdict is not Verdict.REJECT:
             return Result.ok()
         cause = f"{fit.reason}: {fit.message}"

@@ -22,7 +22,7 @@ from plugins.probes.events import (
     UnhealthyContainerKilled,
 )
 from plugins.probes.prober import ProbeError, Target, run_probe
-from plugins.restartpolicy import STARTUP_PASSED
+from nodeagent.kube.restartpolicy import STARTUP_PASSED
 from plugins.probes.results import Outcome, ProbeState, ProbeType, Result
 
 MINIMUM_GRACE_SECONDS = 2  # minimumGracePeriodInSeconds

@@ -14,7 +14,7 @@ from typing import Literal
 
 from nodeagent.model import Container, Pod
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
-from plugins.restartpolicy import (
+from nodeagent.kube.restartpolicy import (
     container_should_restart,
     init_failed,
     is_sidecar,

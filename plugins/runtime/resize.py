@@ -36,7 +36,7 @@ from nodeagent.stash import Stash, StashKey
 from plugins.runtime import podcgroup
 from plugins.runtime.notes import notes_of
 from plugins.runtime.plan import latest_in, newest_sandbox
-from plugins.runtime.resources import (
+from nodeagent.kube.resources import (
     FIT_RESOURCES,
     Values,
     linux_resources,

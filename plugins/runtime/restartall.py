@@ -15,7 +15,7 @@ import time
 from nodeagent.model import Pod
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stash import Stash, StashKey
-from plugins.restartpolicy import matching_rule
+from nodeagent.kube.restartpolicy import matching_rule
 
 RESET_AT: StashKey[int] = StashKey("runtime.restart_all_at")
 """When the pod was last reset (ns, the runtime's clock for created_at)."""

@@ -27,7 +27,7 @@ from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import PodContext
 from nodeagent.stash import StashKey
 from nodeagent.volumebind import VolumeBindError, bind_volume_mounts
-from plugins.restartpolicy import unstarted_sidecars
+from nodeagent.kube.restartpolicy import unstarted_sidecars
 from plugins.runtime import restartall
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.container import container_config, container_hash, runtime_inputs

@@ -31,7 +31,7 @@ from nodeagent.additions import CONTAINER_ADDITIONS, VolumeBind, add_mounts, con
 from nodeagent.model import DownwardAPIVolumeSource, Volume
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
-from plugins.runtime.env import FieldError, PodFacts, container_env
+from nodeagent.kube.env import FieldError, PodFacts, container_env
 from plugins.volumes import sources
 from plugins.volumes.mountinfo import MountError, mounts_under, unmount
 from plugins.volumes.mounts import MountConfigError, PreparedVolume, container_mounts

@@ -22,7 +22,7 @@ from nodeagent.model import (
     HostPathVolumeSource,
     Pod,
 )
-from plugins.runtime.env import FieldError, PodFacts, metadata_value, resource_value
+from nodeagent.kube.env import FieldError, PodFacts, metadata_value, resource_value
 from plugins.volumes import ownership
 from plugins.volumes.mountinfo import is_mount_point, mount_tmpfs
 

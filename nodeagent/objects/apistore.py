@@ -62,6 +62,9 @@ class _Feed:
 
 
 class ApiObjects:
+    cluster = True
+    """Backed by an API server (the agent is a node of a cluster)."""
+
     def __init__(self, api: Any, clock: Clock | None = None) -> None:
         self._api = api
         self._clock = clock or SystemClock()

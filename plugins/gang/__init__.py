@@ -124,24 +124,24 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
         self._handle = handle
         self._clock = handle.clock
         self._node_name = str(getattr(getattr(handle, "node", None), "name", ""))
-        api = getattr(handle, "api", None)
+        objects = getattr(handle, "objects", None)
+        cluster = objects is not None and objects.cluster
         if catalog is None:
             if config.pod_group_path:
                 catalog = ManifestCatalog(config.pod_group_path)
-            elif api is not None:
-                catalog = ApiCatalog(api, self._clock)
+            elif cluster:
+                catalog = ApiCatalog(objects)
             else:
                 catalog = NoCatalog()
         self._catalog = catalog
         self._decider = decider or LocalQuorum()
-        if view is None and api is not None and config.coordination == "auto":
-            view = ClusterView(api, catalog)
+        if view is None and cluster and config.coordination == "auto":
+            view = ClusterView(objects, catalog)
         self.view = view
         """(cluster mode) The gang members of every node, from the API; None: every gang is
         decided on this node alone."""
         if view is not None:
             view.on_change = self._view_changed
-        objects = getattr(handle, "objects", None)
         self._node = own_node(objects, self._node_name) if objects is not None else None
         """The Node's labels for the node-fit checks (the same as the noderesources stage's)."""
         self._outbox: list[Event] = []

@@ -323,7 +323,7 @@ class PodSecurityContext(_ApiModel):
     supplemental_groups: list[int] = Field(default_factory=list)
     fs_group: int | None = None
     """Added to every container's supplemental groups; emptyDir, configMap, secret, projected
-    and downwardAPI volumes are given to this group (plugins/volumes/ownership.py)."""
+    and downwardAPI volumes are given to this group (nodeagent/volumeutil/ownership.py)."""
     fs_group_change_policy: Literal["OnRootMismatch", "Always"] | None = None
     """As in the kubelet, it only shortens the ownership walk of persistent volumes: the
     volume types nodeagent implements are always walked."""

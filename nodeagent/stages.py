@@ -229,6 +229,11 @@ class PodContext(Protocol):
     def observed(self) -> PodRuntime:
         """What the runtime relister last saw of this pod (sandboxes, containers, statuses)."""
 
+    async def pod_changed(self, since: Pod, timeout: float) -> bool:
+        """(observe) True as soon as ``ctx.pod`` is a newer spec than ``since`` (labels,
+        annotations, resources edited in the API, an edited manifest's metadata); False after
+        ``timeout`` seconds on ``ctx.clock`` without one. The pod's change feed: no polling."""
+
     async def runtime_changed(self, timeout: float | None = None) -> None:
         """Return when the relister saw a change for this pod (or ``timeout`` passed)."""
 

@@ -14,7 +14,8 @@ from conformance.contract import StageContract
 from nodeagent import labels as L
 from nodeagent.model import Pod
 from nodeagent.kube import env as env_module
-from plugins.runtime import hosts, resources, security
+from nodeagent.kube import resources
+from plugins.runtime import hosts, security
 from tests.agent_helpers import (
     BUSYBOX_IMAGE,
     AgentEnv,

@@ -194,7 +194,8 @@ class FakeStatus:
 @dataclass
 class PullContext:
     pod: Pod
-    api: Any
+    objects: Any
+    """The shared fake store (tests/test_apivolumes.FakeApi)."""
     runtime: FakeRuntime
     clock: ManualClock = field(default_factory=ManualClock)
     status: FakeStatus = field(default_factory=FakeStatus)

@@ -154,6 +154,13 @@ class Containerd:
         return self.base_dir / "runc"
 
     @property
+    def cdi_spec_dir(self) -> Path:
+        """Where this runtime reads CDI specs: a DRA driver writes there and the agent's
+        cdiSpecDirs names it, as on a node where both use /etc/cdi and /var/run/cdi.
+        containerd 2.x resolves CDI_devices from it; for 1.6 the agent reads it itself."""
+        return self.base_dir / "cdi"
+
+    @property
     def crun_root(self) -> Path:
         return self.base_dir / "crun"
 
@@ -284,6 +291,8 @@ class Containerd:
             f"[{runtime}]",
             "  restrict_oom_score_adj = true",
             "  netns_mounts_under_state_dir = true",
+            # private, instead of the global /etc/cdi and /var/run/cdi
+            f"  cdi_spec_dirs = {_toml([str(self.cdi_spec_dir)])}",
             "",
             f"[{runtime}.cni]",
             '  bin_dirs = ["/usr/lib/cni"]',
@@ -331,7 +340,7 @@ class Containerd:
         }
 
     def write_config(self) -> None:
-        for d in (self.base_dir, self.cni_conf_dir, self.cni_data_dir):
+        for d in (self.base_dir, self.cni_conf_dir, self.cni_data_dir, self.cdi_spec_dir):
             d.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_text())
         conflist = self.cni_conf_dir / CONFLIST

@@ -51,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         t0 = time.monotonic()
         was_running = Containerd(args.dir).is_running()
-        env = up(args.dir, subnet=args.subnet, install=not args.no_install)
+        try:
+            env = up(args.dir, subnet=args.subnet, install=not args.no_install)
+        except RuntimeError as e:  # e.g. the other runtime already runs there
+            _err(str(e))
+            return 1
         state = "already running" if was_running else "started"
         v = env.version()
         _err(f"{env.runtime.name} ({v.get('runtime_name')} {v.get('runtime_version')}) {state} "

@@ -45,6 +45,42 @@ _MAX_SOCKET = 107 - len(".ttrpc")
 _BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Names the runtime that last used a base dir (see Containerd._claim_base_dir).
 RUNTIME_MARKER = "runtime"
+# The crun handler runs Debian 12's crun 1.8.1 through this wrapper, for two refusals of
+# that crun on these machines, neither of which concerns what it would run:
+# - hybrid cgroups: crun refuses to start anything while /sys/fs/cgroup/unified lists a
+#   controller ("cgroups in hybrid mode not supported, drop all controllers from
+#   cgroupv2"; here hugetlb, which no v1 hierarchy binds), even with its cgroup manager
+#   disabled. The wrapper runs crun in a mount namespace of its own (a slave of the host's,
+#   so mounts still propagate in) without the unified mount: crun then sees plain cgroup
+#   v1, as runc uses it here. The host's mounts are untouched.
+# - the OCI spec version: crun 1.8.1 accepts only an ociVersion containing "1.0" ("unknown
+#   version specified"); containerd 2.4 writes 1.3.0, for sandboxes too (base_runtime_spec
+#   does not reach them). A create's bundle is declared 1.1.0: the spec fields CRI fills
+#   for our pods are all 1.1 ones. containerd 1.6 writes 1.0.2-dev, left alone.
+# Every crun command goes through it; drop it with a crun that knows both.
+_CRUN_WRAPPER = """#!/bin/sh
+# written by devenv (devenv/containerd.py, _CRUN_WRAPPER): Debian's crun on these machines
+if [ -z "$NODEAGENT_CRUN_MOUNTNS" ]; then
+    controllers=
+    read -r controllers < /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null
+    if [ -n "$controllers" ]; then
+        NODEAGENT_CRUN_MOUNTNS=1 exec unshare --mount --propagation slave "$0" "$@"
+    fi
+else
+    umount -l /sys/fs/cgroup/unified || exit 1
+    unset NODEAGENT_CRUN_MOUNTNS
+fi
+bundle= prev=
+for arg in "$@"; do
+    case $prev in --bundle|-b) bundle=$arg ;; esac
+    case $arg in --bundle=*) bundle=${arg#--bundle=} ;; esac
+    prev=$arg
+done
+if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then
+    sed -i 's/^{"ociVersion":"1\\.[1-9][^"]*"/{"ociVersion":"1.1.0"/' "$bundle/config.json"
+fi
+exec @CRUN@ "$@"
+"""
 # Snapshotters that cannot work here only add errors to the log (aufs is gone in 2.x,
 # btrfs is compiled out of our 2.x build).
 _DISABLED_SNAPSHOTTERS = {
@@ -165,6 +201,11 @@ class Containerd:
         return self.base_dir / "crun"
 
     @property
+    def crun_wrapper(self) -> Path:
+        """What the crun handler runs (see _CRUN_WRAPPER)."""
+        return self.base_dir / "bin" / "crun"
+
+    @property
     def log_path(self) -> Path:
         return self.base_dir / "containerd.log"
 
@@ -238,7 +279,7 @@ class Containerd:
         runtimes = f"{prefix}.containerd.runtimes"
         lines = []
         for handler, binary, root in (("runc", None, self.runc_root),
-                                      ("crun", CRUN.probe, self.crun_root)):
+                                      ("crun", str(self.crun_wrapper), self.crun_root)):
             lines += [
                 "",
                 f"[{runtimes}.{handler}]",
@@ -345,6 +386,9 @@ class Containerd:
         self.config_path.write_text(self.config_text())
         conflist = self.cni_conf_dir / CONFLIST
         conflist.write_text(json.dumps(self.cni_config(), indent=2) + "\n")
+        self.crun_wrapper.parent.mkdir(exist_ok=True)
+        self.crun_wrapper.write_text(_CRUN_WRAPPER.replace("@CRUN@", CRUN.probe))
+        self.crun_wrapper.chmod(0o755)
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -493,8 +537,8 @@ class Containerd:
         self._stop_daemon()
         sandboxes = self.sandbox_ids()
         hostclean.delete_runc_containers(self.runc_root)
-        if os.path.exists(CRUN.probe):
-            hostclean.delete_runc_containers(self.crun_root, CRUN.probe)
+        if self.crun_wrapper.exists():  # crun as the handler runs it (see _CRUN_WRAPPER)
+            hostclean.delete_runc_containers(self.crun_root, str(self.crun_wrapper))
         shims = hostclean.shims_of(self.socket_path)
         hostclean.kill_and_wait(list(shims))
         for argv in shims.values():

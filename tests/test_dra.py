@@ -212,6 +212,11 @@ async def test_unprepare_waits_until_every_container_of_the_pod_stopped(
         assert len(driver.prepared()) == 1
         env.remove("stubborn.yaml")
         await calls(driver, UNPREPARE, 1)
+
+        async def checked() -> bool:  # the driver records the call before its check has listed
+            return bool(seen)
+
+        await wait_for(checked, 30, "the driver's look at the runtime when asked to unprepare")
         assert seen == [[]], f"containers still running when the claim was unprepared: {seen}"
 
 

@@ -34,9 +34,10 @@ down:
 status:
 	$(PYTHON) -m devenv status
 
+# The project with its test extra, and the out-of-tree example stage (tests prove it joins
+# a real run without touching nodeagent/).
 install:
 	$(PYTHON) -m pip install -q -e '.[test]'
-	# The out-of-tree example stage: tests prove it joins a real run without touching nodeagent/.
 	$(PYTHON) -m pip install -q -e examples/required-label
 
 # README's main command: a private containerd plus nodeagent running examples/pods.

@@ -1,5 +1,5 @@
 """DRA end to end on the real containerd: the dra stage, plugin registration and the fake GPU
-driver (plugins/fakegpu), with ResourceClaim manifests beside the pods (standalone). On
+driver (drivers/fakegpu), with ResourceClaim manifests beside the pods (standalone). On
 containerd 2.x the runtime applies the CDI specs (resolveCdi auto); on 1.6, which has no CDI
 support of its own, nodeagent does."""
 
@@ -29,7 +29,7 @@ from cri import RuntimeClient
 from cri import types as t
 from devenv import Containerd
 from plugins.dra.state import ClaimCache, ClaimEntry
-from plugins.fakegpu import DRIVER_NAME, FakeGpuDriver
+from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
 from tests.agent_helpers import AgentEnv, pod_manifest, running_agent, runtime_objects, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -278,7 +278,7 @@ async def test_driver_killed_and_restarted_registers_again_and_pods_keep_working
 
     def start_driver() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [sys.executable, "-m", "plugins.fakegpu", "--registry-dir", str(dirs.registry), "--plugin-dir",
+            [sys.executable, "-m", "drivers.fakegpu", "--registry-dir", str(dirs.registry), "--plugin-dir",
              str(dirs.plugin), "--cdi-dir", str(dirs.cdi), "--claims-dir", str(manifests(tmp_path)),
              "--call-log", str(log)],
             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "driver.log", "ab"))

@@ -34,8 +34,8 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from controlplane import ControlPlane
 from devenv import Containerd
 from nodeagent.apiclient import make_api_client
-from plugins.fakegpu import DRIVER_NAME, FakeGpuDriver
-from plugins.fakegpu.cluster import MODEL, SlicePublisher, slice_name
+from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
+from drivers.fakegpu.cluster import MODEL, SlicePublisher, slice_name
 from tests.agent_helpers import AgentEnv, wait_for
 from tests.test_cluster_node import (
     cluster_config,
@@ -315,7 +315,7 @@ async def test_node_wipes_stale_slices_at_start_and_a_vanished_drivers_after_a_d
 def start_fakegpu(node: str, kubeconfig: Path, dirs: Dirs, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "plugins.fakegpu", "--kubeconfig", str(kubeconfig), "--node-name", node,
+            [sys.executable, "-m", "drivers.fakegpu", "--kubeconfig", str(kubeconfig), "--node-name", node,
              "--registry-dir", str(dirs.registry), "--plugin-dir", str(dirs.plugin), "--cdi-dir", str(dirs.cdi)],
             stdout=out, stderr=subprocess.STDOUT)
 

@@ -26,7 +26,7 @@ from plugins.dra.cdi import CdiError, CdiSpecs
 from plugins.dra.claims import ClaimNotReady, pod_claims
 from plugins.dra.registration import Drivers, PluginWatcher
 from plugins.dra.state import CheckpointError, ClaimCache, ClaimEntry
-from plugins.fakegpu import DRIVER_NAME, FakeGpuDriver
+from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
 
 
 @pytest.fixture

@@ -44,6 +44,7 @@ from nodeagent.stages import (
     Start,
 )
 from nodeagent.mounttable import mounts_under
+from nodeagent.podfacts import RESIZE, RESTART_ALL_AT, RUNTIME_NOTES, STARTUP_PASSED, notes_of
 from nodeagent.stash import StashKey
 from nodeagent.waits import first_of
 from nodeagent.volumebind import unbind_pod
@@ -69,6 +70,8 @@ ORPHAN_MIN_AGE_SECONDS = 60.0
 
 class RuntimeStage(Prepare, Start, Observe, Cleanup):
     name: ClassVar[str] = "runtime"
+    provides = (RUNTIME_NOTES, RESIZE, RESTART_ALL_AT)
+    uses = (STARTUP_PASSED,)
 
     def __init__(self, node_name: str, pod_logs_dir: Path, node_keyring: NodeKeyring | None = None,
                  pull_records: PullRecords | None = None) -> None:
@@ -97,6 +100,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     # --- prepare: images, then the sandbox ------------------------------------------------
 
     async def prepare(self, ctx: PodContext) -> Result:
+        notes_of(ctx.facts)  # made now: the status stage watches them from its first pass
         refs: dict[str, str] = {}
         secrets = PullSecrets(ctx)
         for container in ctx.pod.all_containers():

@@ -54,6 +54,7 @@ from nodeagent.clock import Clock, SystemClock
 from nodeagent.config import AgentConfig
 from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.events import Event, PodRef
+from nodeagent.objects import FileObjects
 from nodeagent.model import Pod
 from nodeagent.pleg import Relister
 from nodeagent.registry import CONFIGURABLE, Pipeline, configuration, create, discover, load_factory, resolve
@@ -202,6 +203,8 @@ class _Handle:
     publish_to: Callable[[Event], Awaitable[None]]
     api: Any = None
     """The harness runs standalone: no Kubernetes API."""
+    objects: FileObjects = field(default_factory=FileObjects)
+    """Standalone: the (empty) manifest-backed object store."""
 
     @property
     def settings(self) -> NodeConfig:

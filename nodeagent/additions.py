@@ -21,7 +21,7 @@ ALL_CONTAINERS = "*"
 class ApiEnv:
     """What a container's environment takes from the API (envFrom, configMapKeyRef,
     secretKeyRef), read by the apivolumes stage so that the env builder stays a pure function
-    (plugins/runtime/env.py container_env)."""
+    (nodeagent/kube/env.py container_env)."""
 
     env_from: dict[str, str] = field(default_factory=dict)
     """envFrom merged in order, prefixes applied; the container's env entries override it."""

@@ -44,6 +44,7 @@ from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.kubeletconfig.support import support_of
 from nodeagent.metrics import Metrics
 from nodeagent.nodeip import node_ips
+from nodeagent.objects import ApiObjects, FileObjects, ObjectStore
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline, load
 from nodeagent.sources.static import StaticPodSource
@@ -116,6 +117,8 @@ class Handle:
     bus: Bus
     claims: ClaimStore
     """The ResourceClaims the sources know (read by the dra stage)."""
+    objects: ObjectStore
+    """API objects (cluster: list and watch with the node's credentials; standalone: manifests)."""
     api: Any = None
     """The API client (lightkube AsyncClient) in cluster mode; None when standalone."""
 
@@ -161,6 +164,8 @@ class Agent:
             sinks.append(self.cluster.status_sink)
         self.status = StatusWriter(sinks, host_ip=self.node.ip, contain=self._contain)
         self.claims = ClaimStore()
+        self.objects: ApiObjects | FileObjects = ApiObjects(self.api, self.clock) if self.api is not None \
+            else FileObjects()
         if certificates is not None and certificates.manager is not None:
             certificates.manager.api = lambda: self.api  # renewals go through the node's own client
         self.serving = (serving_certificates(config, self.node, lambda: self.api, self.clock)
@@ -186,7 +191,8 @@ class Agent:
             log.error("task failed before the supervisor started", task=task, error=repr(exc))
 
     def load_pipeline(self) -> Pipeline:
-        handle = Handle(self.runtime, self.clock, self.node, self.settings, self.bus, self.claims, api=self.api)
+        handle = Handle(self.runtime, self.clock, self.node, self.settings, self.bus, self.claims, self.objects,
+                        api=self.api)
         pipeline, warnings = load(self.config.profile, self.config.plugins, handle)
         for warning in warnings:
             log.warning(warning)
@@ -213,6 +219,7 @@ class Agent:
         try:
             async with anyio.create_task_group() as tg:
                 sup = self.supervisor = Supervisor(tg, offer=self.bus.offer, clock=self.clock)
+                await sup.start(self.objects.run, name="objects")  # stages' views start as they ask
                 self._subscribe(sup, "eventlog", self._log_event)
                 self._subscribe(sup, "trace", self.trace.record)
                 self._subscribe(sup, "metrics", self.metrics.count)
@@ -231,6 +238,7 @@ class Agent:
                 services = Services(
                     runtime=self.runtime, clock=self.clock, node=self.node, settings=self.settings,
                     relister=self.relister, status=self.status, publish=self.bus.publish, api=self.api,
+                    objects=self.objects,
                     admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,
                     root_dir=self.config.root_dir,
                     observe_stage_time=lambda stage, phase, s: self.metrics.stage.observe(s, stage, phase),

@@ -40,6 +40,7 @@ from nodeagent.stash import Stash
 
 if TYPE_CHECKING:
     from cri import RuntimeClient
+    from nodeagent.objects import ObjectStore
     from nodeagent.runtimeview import PodRuntime
 
 
@@ -217,6 +218,10 @@ class PodContext(Protocol):
         Stages that read API objects (configMaps, secrets, claims) use it; none opens its own."""
 
     @property
+    def objects(self) -> ObjectStore:
+        """The agent's object store (see AgentHandle.objects)."""
+
+    @property
     def facts(self) -> FactAccess:
         """The pod's shared facts this stage declared (``provides``, ``requires``, ``uses``)."""
 
@@ -227,6 +232,11 @@ class PodContext(Protocol):
     @property
     def observed(self) -> PodRuntime:
         """What the runtime relister last saw of this pod (sandboxes, containers, statuses)."""
+
+    async def pod_changed(self, since: Pod, timeout: float) -> bool:
+        """(observe) True as soon as ``ctx.pod`` is a newer spec than ``since`` (labels,
+        annotations, resources edited in the API, an edited manifest's metadata); False after
+        ``timeout`` seconds on ``ctx.clock`` without one. The pod's change feed: no polling."""
 
     async def runtime_changed(self, timeout: float | None = None) -> None:
         """Return when the relister saw a change for this pod (or ``timeout`` passed)."""
@@ -398,6 +408,10 @@ class AgentHandle(Protocol):
     runtime: RuntimeClient
     clock: Clock
     node: NodeInfo
+    objects: ObjectStore
+    """API objects with the node's credentials (nodeagent.objects): views kept current by list
+    and watch, cached reads by name, the few writes stages make. Standalone: the documents
+    beside the static pods. A stage never opens a client of its own."""
     api: Any
     """The Kubernetes API client in cluster mode; None standalone."""
 

@@ -26,6 +26,7 @@ from nodeagent.facts import PodFacts
 from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.lifecycle import Lifecycle, PodState, Trigger
 from nodeagent.model import Pod, unhonoured_fields
+from nodeagent.objects import FileObjects, ObjectStore
 from nodeagent.pipeline import Answer, PhaseRunner, RetryBudget
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline
@@ -44,6 +45,7 @@ from nodeagent.stages import (
     Verdict,
 )
 from nodeagent.stash import Stash
+from nodeagent.waits import first_of
 from nodeagent.status import StatusWriter
 
 log = structlog.get_logger("nodeagent.worker")
@@ -79,6 +81,9 @@ class Services:
     root_dir: Path
     api: Any = None
     """The Kubernetes API client in cluster mode (lightkube AsyncClient); None when standalone."""
+    objects: ObjectStore = field(default_factory=FileObjects)
+    """The agent's object store (nodeagent.objects); stages reach it as ``ctx.objects``
+    (standalone and in tests without an API: the manifest-backed store, empty)."""
     setup_slots: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(SETUP_CONCURRENCY))
     """Pods in prepare or start at once. The runtime serialises much of the work anyway; with
     every pod in flight each one finishes near the end of a burst, so a bound roughly halves
@@ -130,12 +135,21 @@ class StageContext:
         return self._worker.services.api
 
     @property
+    def objects(self) -> ObjectStore:
+        return self._worker.services.objects
+
+    @property
     def pod_dir(self) -> Path:
         return hostpaths.pod_dir(self._worker.services.root_dir, self._worker.ref.uid)
 
     @property
     def observed(self) -> PodRuntime:
         return self._worker.services.relister.pod(self._worker.ref.uid)
+
+    async def pod_changed(self, since: Pod, timeout: float) -> bool:
+        if self.pod is not since:
+            return True
+        return await first_of(self._worker.spec_changed.wait(), self.clock.sleep(timeout)) == 0
 
     async def runtime_changed(self, timeout: float | None = None) -> None:
         await self._worker.services.relister.wait_changed(self._worker.ref.uid, timeout)
@@ -188,6 +202,8 @@ class PodWorker:
         self.forget_requested = False
         self.wake = anyio.Event()
         self.permit_wake = anyio.Event()
+        self.spec_changed = anyio.Event()
+        """Set (and replaced) whenever ``pod`` becomes a newer spec (StageContext.pod_changed)."""
         self.completed_phase: str | None = None
         self._stopped = False
         self._setup_scope: anyio.CancelScope | None = None
@@ -369,6 +385,8 @@ class PodWorker:
         if self._pending is not None:
             self.pod, self._pending = self._pending, None
             self.services.status.track(self.ref, self.pod)
+            changed, self.spec_changed = self.spec_changed, anyio.Event()
+            changed.set()
 
     async def _run_phase(self, phase: Phase) -> Result:
         """Every stage of ``phase`` through the phase runner (nodeagent.pipeline): the first

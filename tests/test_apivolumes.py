@@ -16,32 +16,28 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
-from lightkube import ApiError
-from lightkube.models.meta_v1 import Status
 
 from conformance.contract import StageContract
+from conformance.fakecontext import FakeObjects, FakePodContext
 from cri import types as t
-from nodeagent import events as ev
 from nodeagent import labels as L
 from nodeagent.additions import ApiEnv, additions_for
 from nodeagent.clock import ManualClock
 from nodeagent.model import Pod
+from nodeagent.objects import ObjectError, kinds
 from nodeagent.stages import Verdict
-from nodeagent.stash import Stash
 from plugins.apivolumes import ApiVolumesStage, Settings, api_fields
 from plugins.apivolumes.envsources import resolve_env
-from plugins.apivolumes.objects import ObjectReader
+from nodeagent.kube.configdata import ObjectReader
 from plugins.apivolumes.payload import VolumeError, volume_payload
 from plugins.apivolumes.tokens import TOKENS, Token
-from plugins.runtime.env import FieldError, PodFacts, container_env
-from plugins.volumes.mountinfo import mounts_under
+from nodeagent.kube.env import FieldError, PodFacts, container_env
+from nodeagent.mounttable import mounts_under
 from tests.agent_helpers import BUSYBOX_IMAGE, AgentEnv, running_agent, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -453,34 +449,17 @@ async def test_standalone_reports_what_needs_the_api_and_runs_the_pod(containerd
 # --- without a control plane ----------------------------------------------------------------
 
 
-class FakeApi:
-    """get and create as lightkube's AsyncClient answers them, from dicts."""
-
-    def __init__(self, clock: ManualClock | None = None, **objects: dict[str, Any]) -> None:
-        self.objects = objects  # "ConfigMap/name" → the object's fields
-        self.clock = clock
-        self.token_requests = 0
-
-    async def get(self, resource: Any, name: str, *, namespace: str | None = None) -> Any:
-        found = self.objects.get(f"{resource.__name__}/{name}")
-        if found is None:
-            raise ApiError(status=Status(code=404, reason="NotFound",
-                                         message=f'{resource.__name__.lower()}s "{name}" not found'))
-        return SimpleNamespace(data=found.get("data"), binaryData=found.get("binaryData"), type=found.get("type"),
-                               metadata=SimpleNamespace(uid=found.get("uid", f"uid-{name}")))
-
-    async def list(self, resource: Any, *, namespace: str | None = None) -> Any:
-        for _ in ():  # no services in these tests: an empty listing
-            yield
-
-    async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
-        assert self.clock is not None
-        self.token_requests += 1
-        seconds = obj.spec.expirationSeconds
-        expires = datetime.fromtimestamp(self.clock.now() + seconds, tz=UTC)
-        return SimpleNamespace(spec=SimpleNamespace(expirationSeconds=seconds),
-                               status=SimpleNamespace(token=f"token-{self.token_requests}",
-                                                      expirationTimestamp=expires))
+def FakeApi(clock: ManualClock | None = None, **objects: dict[str, Any]) -> FakeObjects:  # noqa: N802
+    """The shared fake store (conformance/fakecontext.py) holding ``"Kind/name"`` objects of namespace ns."""
+    store = FakeObjects(clock)
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for key, fields in objects.items():
+        kind, name = key.split("/", 1)
+        by_kind.setdefault(kind, []).append({"metadata": {"name": name, "namespace": "ns",
+                                                           "uid": fields.get("uid", f"uid-{name}")}, **fields})
+    for kind, found in by_kind.items():
+        store.put(kinds.CONFIG_MAP if kind == "ConfigMap" else kinds.SECRET, *found)
+    return store
 
 
 def _pod(*containers: dict[str, Any], **spec: Any) -> Pod:
@@ -601,20 +580,8 @@ def _sleeping(clock: ManualClock) -> Any:
     return check
 
 
-class _FakeContext:
-    """The parts of a PodContext the stage uses."""
-
-    def __init__(self, pod: Pod, api: FakeApi, clock: ManualClock, pod_dir: Path) -> None:
-        import structlog
-
-        self.pod, self.api, self.clock, self.pod_dir = pod, api, clock, pod_dir
-        self.stash = Stash()
-        self.node = SimpleNamespace(name="n", ip="10.0.0.9", allocatable={"memory": 2**30})
-        self.log = structlog.get_logger("test")
-        self.status = SimpleNamespace(container_waiting=lambda *a: None, set_condition=lambda *a, **k: None)
-
-    async def publish(self, event: ev.Event) -> None:
-        pass
+def _FakeContext(pod: Pod, api: FakeObjects, clock: ManualClock, pod_dir: Path) -> FakePodContext:  # noqa: N802
+    return FakePodContext(pod, stage="apivolumes", clock=clock, objects=api, pod_dir=pod_dir)
 
 
 async def test_env_read_before_survives_an_unreachable_api_but_not_a_deleted_object(tmp_path: Path) -> None:
@@ -625,13 +592,11 @@ async def test_env_read_before_survives_an_unreachable_api_but_not_a_deleted_obj
     assert (await stage.prepare(ctx)).verdict is Verdict.CONTINUE  # type: ignore[arg-type]
     assert additions_for(ctx.stash, "c").api_env == ApiEnv(env_from={"k": "v"})
 
-    async def unreachable(*args: Any, **kwargs: Any) -> Any:
-        raise ConnectionError("connection refused")
-
-    api.get = unreachable  # type: ignore[method-assign]
+    api.failure = ObjectError("GET /api/v1/namespaces/ns/configmaps/cfg: ConnectError: connection refused", None)
     found = await stage._resolve(ctx)  # type: ignore[arg-type]
     assert found.env["c"] == ApiEnv(env_from={"k": "v"}) and not found.complete
-    api.get = FakeApi().get  # type: ignore[method-assign]  # now the API says: deleted
+    api.failure = None
+    api.put(kinds.CONFIG_MAP)  # now the API says: deleted
     stage._contribute(ctx, await stage._resolve(ctx))  # type: ignore[arg-type]
     assert additions_for(ctx.stash, "c").api_env == ApiEnv(error='configmap "cfg" not found')
 

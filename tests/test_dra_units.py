@@ -26,7 +26,7 @@ from plugins.dra.cdi import CdiError, CdiSpecs
 from plugins.dra.claims import ClaimNotReady, pod_claims
 from plugins.dra.registration import Drivers, PluginWatcher
 from plugins.dra.state import CheckpointError, ClaimCache, ClaimEntry
-from plugins.fakegpu import DRIVER_NAME, FakeGpuDriver
+from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
 
 
 @pytest.fixture
@@ -314,30 +314,28 @@ def test_claims_from_the_api_follow_the_kubelets_strict_rules() -> None:
 async def test_a_template_claim_missing_from_our_copy_of_the_pod_is_looked_up_in_its_status() -> None:
     """The API source publishes spec changes only: when the agent's copy of the pod does not name
     the claim made from a template, the pod's status is read again (and only then)."""
-    from lightkube.models.meta_v1 import ObjectMeta as ApiMeta
-    from lightkube.resources.core_v1 import Pod as ApiPod
-
+    from nodeagent.objects import FileObjects, kinds
     from plugins.dra.apiclaims import with_claim_statuses
 
     spec = {**POD["spec"], "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "tpl"}]}  # type: ignore[dict-item]
     pod = Pod.model_validate({**POD, "spec": spec, "metadata": {"name": "p", "uid": "pod-uid"}})
     reads: list[str] = []
 
-    class Api:
-        uid = "pod-uid"
-
-        async def get(self, kind: Any, name: str, namespace: str) -> Any:
+    class Objects(FileObjects):  # the standalone store as the stand-in API, counting reads
+        async def get(self, kind: Any, name: str, namespace: str | None = None, *,
+                      max_age: float | None = None) -> Any:
             reads.append(f"{namespace}/{name}")
-            fresh = ApiPod.from_dict({"metadata": {"name": name, "namespace": namespace, "uid": self.uid},
-                                      "status": {"resourceClaimStatuses": [{"name": "gpu",
-                                                                            "resourceClaimName": "p-gpu-x"}]}})
-            assert isinstance(fresh.metadata, ApiMeta)
-            return fresh
+            return await super().get(kind, name, namespace, max_age=max_age)
 
-    api = Api()
+    def api_pod(uid: str) -> dict[str, Any]:
+        return {"metadata": {"name": "p", "namespace": "default", "uid": uid},
+                "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]}}
+
+    api = Objects([kinds.POD])
+    api.replace(kinds.POD, [api_pod("pod-uid")])
     updated = await with_claim_statuses(api, pod)
     assert reads == ["default/p"]
     assert updated.status["resourceClaimStatuses"] == [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]
     assert await with_claim_statuses(api, updated) is updated and reads == ["default/p"]  # named: no read
-    api.uid = "someone-else"  # re-created under the same name: not this pod's claims
+    api.replace(kinds.POD, [api_pod("someone-else")])  # re-created under the same name: not this pod's claims
     assert await with_claim_statuses(api, pod) is pod

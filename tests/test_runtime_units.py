@@ -14,7 +14,7 @@ from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.plan import plan
 from plugins.runtime.sync import go_duration
-from plugins.runtime.termination_message import create_message_file, read_message
+from nodeagent.terminationmessage import create_message_file, read_message
 from plugins.status import Facts, compute
 
 SANDBOX = SandboxRecord(id="sb1", attempt=0, ready=True, created_at=1, pod_ip="10.0.0.2")

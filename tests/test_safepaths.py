@@ -32,7 +32,7 @@ from nodeagent.volumebind import (
     open_host_path,
     unbind_pod,
 )
-from plugins.runtime.termination_message import create_message_file, read_message
+from nodeagent.terminationmessage import create_message_file, read_message
 from tests.agent_helpers import AgentEnv, running_agent, wait_for
 from tests.test_pod_spec import container, output, pod, run_in
 

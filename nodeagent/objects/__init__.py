@@ -33,6 +33,9 @@ from nodeagent.objects.view import ADDED, DELETED, MODIFIED, Handler, Scope, Sna
 
 
 class ObjectStore(Protocol):
+    cluster: bool
+    """True: backed by an API server (cluster mode); False: standalone manifests."""
+
     def view(self, kind: Kind, *, namespace: str | None = None, fields: Mapping[str, str] | None = None,
              labels: Mapping[str, str] | None = None) -> View:
         """A shared, kept-current view of a scope; ``release`` it when done (node-lifetime

@@ -44,11 +44,12 @@ MISSING_TTL_SECONDS = 5.0
 
 class ObjectError(Exception):
     """A read or write the API server refused or did not answer; ``code`` is its HTTP status
-    (None: no answer at all)."""
+    (None: no answer at all), ``detail`` the API's own message (its Status) when it gave one."""
 
-    def __init__(self, message: str, code: int | None) -> None:
+    def __init__(self, message: str, code: int | None, detail: str = "") -> None:
         super().__init__(message)
         self.code = code
+        self.detail = detail or message
 
     @property
     def forbidden(self) -> bool:
@@ -62,6 +63,9 @@ class _Feed:
 
 
 class ApiObjects:
+    cluster = True
+    """Backed by an API server (the agent is a node of a cluster)."""
+
     def __init__(self, api: Any, clock: Clock | None = None) -> None:
         self._api = api
         self._clock = clock or SystemClock()
@@ -289,7 +293,7 @@ def _error(method: str, path: str, response: httpx.Response) -> ObjectError:
         message = status.get("message") or response.text
     except ValueError:
         message = response.text.strip()
-    return ObjectError(f"{response.status_code}: {message}", response.status_code)
+    return ObjectError(f"{response.status_code}: {message}", response.status_code, message)
 
 
 __all__ = ["ApiObjects", "ObjectError"]

@@ -37,6 +37,9 @@ def matches(scope: Scope, obj: Snapshot) -> bool:
 
 
 class FileObjects:
+    cluster = False
+    """No API server: the objects are the manifests beside the static pods."""
+
     def __init__(self, kinds: Iterable[Kind] = MANIFEST_KINDS) -> None:
         self._kinds: dict[tuple[str, str], Kind] = {(k.group, k.kind): k for k in kinds}
         self._objects: dict[Kind, list[Snapshot]] = {}

@@ -10,7 +10,7 @@ bound to the pod), and
   writer (the kubelet's ``..data`` layout); secret and projected volumes on a tmpfs;
 * contributes each container's volumeMounts of them (read-only, subPath) and the values its
   envFrom / configMapKeyRef / secretKeyRef take (:class:`nodeagent.additions.ApiEnv`, read by
-  plugins/runtime/env.py) through :mod:`nodeagent.additions`.
+  nodeagent/kube/env.py) through :mod:`nodeagent.additions`.
 
 A required configMap or secret that is missing makes a volume fail (RETRY, ``FailedMount``,
 the kubelet's ``MountVolume.SetUp failed for volume "v" : configmap "x" not found``); for env
@@ -19,7 +19,7 @@ the kubelet. observe re-reads everything every ``resyncSeconds`` (sooner while s
 missing) so that volumes follow their objects and containers that (re)start get current env,
 and refreshes each token at 80% of its lifetime; a changed pod (labels, annotations) is
 resolved at once, so that projected downwardAPI files follow it. With ``securityContext.fsGroup``
-every volume is given to that group (:mod:`plugins.volumes.ownership`). unprepare unmounts and
+every volume is given to that group (:mod:`nodeagent.volumeutil.ownership`). unprepare unmounts and
 removes the volumes.
 
 Standalone (no API client) the stage does nothing and reports these fields as unhonoured.
@@ -43,10 +43,11 @@ from nodeagent import hostpaths
 from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, VolumeBind, add_mounts, contribute, remove_mounts
 from nodeagent.model import EmptyDirVolumeSource, Volume, unhonoured_fields
 from nodeagent.pluginconfig import PluginConfig
+from nodeagent.objects import View, kinds
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
 from plugins.apivolumes.envsources import resolve_env, uses_api
-from plugins.apivolumes.objects import ObjectReader, ObjectUnavailable
+from nodeagent.kube.configdata import ObjectReader, ObjectUnavailable
 from plugins.apivolumes.payload import (
     CONFIG_MAP,
     PROJECTED,
@@ -66,18 +67,13 @@ from plugins.apivolumes.tokens import (
     TokenUnavailable,
     request_token,
 )
-from plugins.runtime.env import FieldError, PodFacts, container_env
-from plugins.volumes import sources
-from plugins.volumes.mountinfo import (
-    MountError,
-    is_mount_point,
-    mount_tmpfs,
-    mounts_under,
-    unmount,
-)
-from plugins.volumes.mounts import MountConfigError, PreparedVolume, container_mounts
-from plugins.volumes.ownership import fs_group_of
-from plugins.volumes.specwatch import pod_changed
+from nodeagent.kube.env import FieldError, PodFacts, container_env
+from nodeagent.mounttable import is_mount_point, mounts_under
+from nodeagent.volumeutil import SetupError
+from nodeagent.volumeutil.atomicwriter import DATA_DIR, write_atomically
+from nodeagent.volumeutil.mounts import MountConfigError, PreparedVolume, container_mounts
+from nodeagent.volumeutil.ownership import fs_group_of
+from nodeagent.volumeutil.tmpfs import MountError, mount_tmpfs, tmpfs_size, unmount
 
 FAILED_MOUNT = "FailedMount"
 CONFIG_ERROR = "CreateContainerConfigError"
@@ -128,6 +124,8 @@ class ApiVolumesStage(Prepare, Observe):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._resync = settings.resync_seconds or 60.0
+        self._services: View | None = None
+        """Every namespace's services (the kubelet's service informer), asked for at first use."""
 
     def describe(self) -> dict[str, Any]:
         return self.settings.model_dump(by_alias=True)
@@ -135,8 +133,7 @@ class ApiVolumesStage(Prepare, Observe):
     # --- prepare ---------------------------------------------------------------------------
 
     async def prepare(self, ctx: PodContext) -> Result:
-        pod = ctx.pod
-        if ctx.api is None:
+        if not ctx.objects.cluster:
             await self._report_unhonoured(ctx)
             return Result.skip()
         # Every API pod: at least its containers' service variables come from the API.
@@ -176,7 +173,7 @@ class ApiVolumesStage(Prepare, Observe):
     async def _resolve(self, ctx: PodContext) -> Pass:
         pod = ctx.pod
         namespace = pod.metadata.namespace
-        reader = ObjectReader(ctx.api, namespace)
+        reader = ObjectReader(ctx.objects, namespace)
         facts = PodFacts(host_ips=(ctx.node.ip,) if ctx.node.ip else (), allocatable=dict(ctx.node.allocatable))
         found = Pass()
         tokens = ctx.stash.setdefault(TOKENS, {})
@@ -188,7 +185,7 @@ class ApiVolumesStage(Prepare, Observe):
             if cached is not None and now < cached.refresh_at(self.settings.token_refresh_fraction):
                 return cached.value
             try:
-                fresh = await request_token(ctx.api, pod, audience, seconds)
+                fresh = await request_token(ctx.objects, pod, audience, seconds)
             except TokenUnavailable as exc:
                 if cached is not None and now < cached.expires_at:
                     # The kubelet's token manager too serves the cached token until it expires.
@@ -207,9 +204,9 @@ class ApiVolumesStage(Prepare, Observe):
             try:
                 payload = await volume_payload(volume, pod, reader, token, facts)
                 await self._write(ctx, volume, path, payload)
-            except (VolumeError, sources.SetupError, MountError, OSError) as exc:
+            except (VolumeError, SetupError, MountError, OSError) as exc:
                 found.volume_errors[volume.name] = str(exc)
-            if (path / sources.DATA_DIR).is_dir():
+            if (path / DATA_DIR).is_dir():
                 # Written now or by an earlier pass: after a failed re-read the old content
                 # stays mounted, as the kubelet keeps it.
                 prepared[volume.name] = PreparedVolume(path, read_only=True)  # always read-only (kubelet)
@@ -217,7 +214,9 @@ class ApiVolumesStage(Prepare, Observe):
         given = ctx.stash.get(CONTAINER_ADDITIONS, {})
         links = pod.spec.enable_service_links is not False
         try:
-            services = await service_env(ctx.api, namespace, links)
+            if self._services is None:
+                self._services = ctx.objects.view(kinds.SERVICE)
+            services = await service_env(self._services, namespace, links)
         except ServicesUnavailable as exc:
             found.unreadable.append(str(exc))
             services = next((entry.api_env.services for entry in given.values() if entry.api_env is not None), {})
@@ -256,12 +255,12 @@ class ApiVolumesStage(Prepare, Observe):
     async def _write(self, ctx: PodContext, volume: Volume, path: Path, payload: Payload) -> None:
         path.mkdir(parents=True, exist_ok=True)
         if in_memory(volume) and not is_mount_point(path):
-            size = sources.tmpfs_size(EmptyDirVolumeSource(medium="Memory"), ctx.pod,
+            size = tmpfs_size(EmptyDirVolumeSource(medium="Memory"), ctx.pod,
                                       ctx.node.allocatable.get("memory", 0))
             # Not the tmpfs default 1777: nobody but the agent writes into a secret volume.
             await mount_tmpfs(path, size, mode=0o755)
         # fsGroup: the writer gives each new payload to the group before it becomes visible.
-        if await anyio.to_thread.run_sync(sources.write_atomically, path, payload, fs_group_of(ctx.pod)):
+        if await anyio.to_thread.run_sync(write_atomically, path, payload, fs_group_of(ctx.pod)):
             ctx.log.debug("volume written", volume=volume.name, files=sorted(payload))
 
     # --- contributions -------------------------------------------------------------------
@@ -294,7 +293,7 @@ class ApiVolumesStage(Prepare, Observe):
     # --- observe: resync and token refresh -------------------------------------------------
 
     async def observe(self, ctx: PodContext) -> None:
-        if ctx.api is None or not needs_api(ctx.pod):
+        if not ctx.objects.cluster or not needs_api(ctx.pod):
             return
         retry = FIRST_RETRY_SECONDS
         complete = True
@@ -310,7 +309,7 @@ class ApiVolumesStage(Prepare, Observe):
                 retry = min(retry * 2, self._resync)
             # A changed pod (labels, annotations) is resolved at once: projected downwardAPI
             # files follow it as the kubelet's pod sync makes them.
-            await pod_changed(ctx, seen, max(wake - now, 0.0))
+            await ctx.pod_changed(seen, max(wake - now, 0.0))
             seen = ctx.pod
             found = await self._resolve(ctx)
             if found.mount_error is None:

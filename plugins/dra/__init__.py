@@ -95,9 +95,9 @@ class DraStage(Prepare):
     def __init__(self, config: DraConfig, handle: AgentHandle) -> None:
         self.config = config
         self.drivers = Drivers()
-        api_client = getattr(handle, "api", None)
-        self.slices = (SliceWiper(api_client, handle.node.name, config.slice_wipe_delay_seconds)
-                       if api_client is not None else None)
+        objects = getattr(handle, "objects", None)
+        self.slices = (SliceWiper(objects, handle.node.name, config.slice_wipe_delay_seconds)
+                       if objects is not None and objects.cluster else None)
         self.watcher = PluginWatcher(config.plugins_registry_dir, self.drivers, self._registration,
                                      poll_seconds=config.poll_seconds, health_seconds=config.health_check_seconds,
                                      call_timeout=config.call_timeout_seconds)
@@ -230,10 +230,10 @@ class DraStage(Prepare):
         """The pod's claims, checked: a pod from the API server has them read from the API server
         now (the kubelet's rules); a static pod from the manifests beside it."""
         pod = ctx.pod
-        if ctx.api is None or pod.metadata.annotations.get(L.CONFIG_SOURCE) == "file":
+        if not ctx.objects.cluster or pod.metadata.annotations.get(L.CONFIG_SOURCE) == "file":
             return pod_claims(pod, self.claims, ctx.node.name)
-        pod = await apiclaims.with_claim_statuses(ctx.api, pod)
-        return pod_claims(pod, await apiclaims.fetch(ctx.api, pod), ctx.node.name, from_api=True)
+        pod = await apiclaims.with_claim_statuses(ctx.objects, pod)
+        return pod_claims(pod, await apiclaims.fetch(ctx.objects, pod), ctx.node.name, from_api=True)
 
     async def _prepare_locked(self, ctx: PodContext, claims: list[PodClaim],
                               check_cdi: bool) -> tuple[list[str], bool]:

@@ -44,7 +44,9 @@ from nodeagent.stages import (
     Start,
 )
 from nodeagent.mounttable import mounts_under
+from nodeagent.podfacts import RESIZE, RESTART_ALL_AT, RUNTIME_NOTES, STARTUP_PASSED, notes_of
 from nodeagent.stash import StashKey
+from nodeagent.waits import first_of
 from nodeagent.volumebind import unbind_pod
 from plugins.runtime import podcgroup
 from plugins.runtime.images import ImagePuller
@@ -64,11 +66,12 @@ POD_IP = StashKey[str]("runtime.pod_ip")
 STARTING_WAIT_SECONDS = 30.0
 ORPHAN_SWEEP_SECONDS = 60.0
 ORPHAN_MIN_AGE_SECONDS = 60.0
-SPEC_POLL_SECONDS = 0.5
 
 
 class RuntimeStage(Prepare, Start, Observe, Cleanup):
     name: ClassVar[str] = "runtime"
+    provides = (RUNTIME_NOTES, RESIZE, RESTART_ALL_AT)
+    uses = (STARTUP_PASSED,)
 
     def __init__(self, node_name: str, pod_logs_dir: Path, node_keyring: NodeKeyring | None = None,
                  pull_records: PullRecords | None = None) -> None:
@@ -97,6 +100,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     # --- prepare: images, then the sandbox ------------------------------------------------
 
     async def prepare(self, ctx: PodContext) -> Result:
+        notes_of(ctx.facts)  # made now: the status stage watches them from its first pass
         refs: dict[str, str] = {}
         secrets = PullSecrets(ctx)
         for container in ctx.pod.all_containers():
@@ -278,31 +282,13 @@ async def _remove_container(ctx: PodContext, container_id: str) -> None:
 
 
 async def _until_changed(ctx: PodContext, seconds: float) -> None:
-    """Until the relister sees a change for the pod, or ``seconds`` pass on the stage's clock
-    (a back-off ending), or a resync period passes."""
+    """Until the relister sees a change for the pod, a new spec reaches it (a resize), or
+    ``seconds`` pass on the stage's clock (a back-off ending), or a resync period passes."""
     if seconds <= 0:
         await anyio.lowlevel.checkpoint()
         return
-    async with anyio.create_task_group() as tg:
-
-        async def changed() -> None:
-            await ctx.runtime_changed(timeout=min(seconds, RESYNC_SECONDS))
-            tg.cancel_scope.cancel()
-
-        async def spec_changed() -> None:
-            # A new spec (a resize) reaches the worker as a new ctx.pod, without an event.
-            pod = ctx.pod
-            while ctx.pod is pod:
-                await anyio.sleep(SPEC_POLL_SECONDS)
-            tg.cancel_scope.cancel()
-
-        async def elapsed() -> None:
-            await ctx.clock.sleep(seconds)
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(changed)
-        tg.start_soon(elapsed)
-        tg.start_soon(spec_changed)
+    await first_of(ctx.runtime_changed(timeout=min(seconds, RESYNC_SECONDS)),
+                   ctx.pod_changed(ctx.pod, seconds), ctx.clock.sleep(seconds))
 
 
 def plugin(config: NoConfig, handle: AgentHandle) -> RuntimeStage:

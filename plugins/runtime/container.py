@@ -24,8 +24,8 @@ from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.model import Container, Pod
 from nodeagent.stages import NodeInfo, PodContext
 from plugins.runtime import hosts, security
-from plugins.runtime.env import FieldError, PodFacts, container_env, expand_command
-from plugins.runtime.resources import (
+from nodeagent.kube.env import FieldError, PodFacts, container_env, expand_command
+from nodeagent.kube.resources import (
     CPU_PERIOD_US,
     MIN_QUOTA_US,
     MIN_SHARES,

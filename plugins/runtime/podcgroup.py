@@ -24,7 +24,7 @@ import anyio
 from nodeagent import hostpaths, quantity
 from nodeagent.model import Pod
 from nodeagent.stages import PodContext
-from plugins.runtime.resources import (
+from nodeagent.kube.resources import (
     CPU_PERIOD_US,
     Values,
     milli_cpu_to_quota,

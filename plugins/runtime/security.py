@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cri import types as t
 from nodeagent import hostpaths
+from nodeagent.kube.security import is_privileged, normalize_sysctl
 from nodeagent.model import Container, Pod, SecurityContext, SecurityProfile
 
 # securitycontext/util.go: what a non-privileged container cannot see or change in /proc and
@@ -139,10 +140,6 @@ def supplemental_groups(pod: Pod) -> list[int]:
     return ([sc.fs_group] if sc.fs_group is not None else []) + list(sc.supplemental_groups)
 
 
-def is_privileged(container: Container) -> bool:
-    return bool(container.security_context and container.security_context.privileged)
-
-
 def container_security(pod: Pod, container: Container, user: ImageUser | None, *, root_dir: Path | None = None,
                        seccomp_default: bool = False) -> t.LinuxContainerSecurityContext:
     """determineEffectiveSecurityContext: what CRI gets for one container."""
@@ -204,17 +201,6 @@ def sandbox_security(pod: Pod, *, root_dir: Path | None = None,
         privileged=any(is_privileged(c) for c in pod.all_containers()),
         seccomp=seccomp,
     )
-
-
-def normalize_sysctl(name: str) -> str:
-    """utilsysctl.NormalizeName: ``kernel/shm_rmid_forced`` → ``kernel.shm_rmid_forced`` (when
-    the first separator is a slash, slashes and dots swap)."""
-    for ch in name:
-        if ch == ".":
-            return name
-        if ch == "/":
-            return name.translate(str.maketrans("/.", "./"))
-    return name
 
 
 def sysctls(pod: Pod) -> dict[str, str]:

@@ -4,7 +4,7 @@ prepare (before the runtime stage creates the sandbox) sets each volume up under
 ``<rootDir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`` — emptyDir (a 0777 directory,
 or a tmpfs for medium Memory), hostPath (its type check), downwardAPI (files written
 atomically) — gives emptyDir and downwardAPI volumes to the pod's ``fsGroup``
-(:mod:`plugins.volumes.ownership`), and contributes each container's volumeMounts through
+(:mod:`nodeagent.volumeutil.ownership`), and contributes each container's volumeMounts through
 :mod:`nodeagent.additions`: CRI mounts by path, except subPaths and typed hostPaths, which are
 contributed as binds that the runtime stage opens safely, checks and bind-mounts at every
 container start (:mod:`nodeagent.volumebind`). observe rewrites downwardAPI volumes when the pod's
@@ -32,18 +32,23 @@ from nodeagent.model import DownwardAPIVolumeSource, Volume
 from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
-from plugins.runtime.env import FieldError, PodFacts, container_env
+from nodeagent.kube.env import FieldError, PodFacts, container_env
+from nodeagent.kube.downward import downward_payload
+from nodeagent.mounttable import mounts_under
+from nodeagent.volumeutil import SetupError
+from nodeagent.volumeutil.atomicwriter import write_atomically
+from nodeagent.volumeutil.mounts import MountConfigError, PreparedVolume, container_mounts
+from nodeagent.volumeutil.ownership import fs_group_of, set_volume_ownership
+from nodeagent.volumeutil.tmpfs import MountError, unmount
 from plugins.volumes import sources
-from plugins.volumes.mountinfo import MountError, mounts_under, unmount
-from plugins.volumes.mounts import MountConfigError, PreparedVolume, container_mounts
-from plugins.volumes.ownership import fs_group_of, set_volume_ownership
-from plugins.volumes.specwatch import RESYNC_SECONDS, pod_changed
 
 CONTRIBUTED = StashKey[dict[str, list[t.Mount | VolumeBind]]]("volumes.contributed")
 """Container name → the mounts this stage added, so that a second prepare replaces them."""
 
 FAILED_MOUNT = "FailedMount"
 CONFIG_ERROR = "CreateContainerConfigError"
+RESYNC_SECONDS = 60.0
+"""The kubelet's pod sync period: downwardAPI volumes are rewritten at least this often."""
 
 
 class VolumesStage(Prepare, Observe):
@@ -58,7 +63,7 @@ class VolumesStage(Prepare, Observe):
         for volume in pod.spec.volumes:
             try:
                 prepared[volume.name] = await self._set_up(ctx, volume, facts)
-            except (sources.SetupError, FieldError, MountError, OSError) as exc:
+            except (SetupError, FieldError, MountError, OSError) as exc:
                 # The kubelet's FailedMount: the pod waits (ContainerCreating) and setup retries.
                 message = f'MountVolume.SetUp failed for volume "{volume.name}" : {exc}'
                 ctx.log.warning("volume setup failed", volume=volume.name, error=str(exc))
@@ -102,8 +107,8 @@ class VolumesStage(Prepare, Observe):
     async def _write_downward(ctx: PodContext, volume: Volume, source: DownwardAPIVolumeSource,
                               facts: PodFacts) -> Path:
         path = hostpaths.volume_dir(ctx.pod_dir, sources.DOWNWARD_API, volume.name)
-        payload = sources.downward_payload(source, ctx.pod, facts)
-        if await anyio.to_thread.run_sync(sources.write_atomically, path, payload, fs_group_of(ctx.pod)):
+        payload = downward_payload(source, ctx.pod, facts)
+        if await anyio.to_thread.run_sync(write_atomically, path, payload, fs_group_of(ctx.pod)):
             ctx.log.debug("downwardAPI volume written", volume=volume.name, files=sorted(payload))
         return path
 
@@ -118,7 +123,7 @@ class VolumesStage(Prepare, Observe):
             return
         seen = ctx.pod
         while True:
-            await pod_changed(ctx, seen, RESYNC_SECONDS)
+            await ctx.pod_changed(seen, RESYNC_SECONDS)
             seen = ctx.pod
             facts = PodFacts(host_ips=(ctx.node.ip,) if ctx.node.ip else (), allocatable=dict(ctx.node.allocatable))
             for volume in seen.spec.volumes:
@@ -126,7 +131,7 @@ class VolumesStage(Prepare, Observe):
                     continue
                 try:
                     await self._write_downward(ctx, volume, volume.downward_api, facts)
-                except (sources.SetupError, FieldError, OSError) as exc:
+                except (SetupError, FieldError, OSError) as exc:
                     # The files keep their last content; the next change or resync tries again.
                     ctx.log.warning("downwardAPI volume refresh failed", volume=volume.name, error=str(exc))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from cri import types as t
 from nodeagent.additions import VolumeBind
 from nodeagent.model import Container, VolumeMount
-from plugins.runtime.env import expand
+from nodeagent.kube.env import expand
 
 _PROPAGATION = {
     None: t.MountPropagation.PROPAGATION_PRIVATE,

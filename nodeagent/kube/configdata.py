@@ -1,7 +1,9 @@
-"""Reading the configMaps and secrets a pod refers to, with the kubelet's error messages.
+"""Reading the configMaps and secrets a pod refers to, with the kubelet's error messages
+(shared by the apivolumes stage — volumes and env — and the runtime stage's pull secrets).
 
 The node's credentials only reach objects that pods bound to the node refer to (the Node
-authorizer), so a reader never lists or watches: it gets each named object, once per pass.
+authorizer), so a reader never lists or watches: it gets each named object through the object
+store, fresh, once per pass.
 """
 
 from __future__ import annotations
@@ -10,8 +12,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lightkube import ApiError
-from lightkube.resources.core_v1 import ConfigMap, Secret
+from nodeagent.objects import ObjectError, kinds
 
 Kind = Literal["ConfigMap", "Secret"]
 
@@ -71,8 +72,8 @@ class ObjectReader:
     """One pass's view of the objects a pod refers to: each read at most once, so that env and
     volumes of one pass see the same version (the kubelet's per-sync maps)."""
 
-    def __init__(self, api: Any, namespace: str) -> None:
-        self._api = api
+    def __init__(self, objects: Any, namespace: str) -> None:
+        self._objects = objects
         self._namespace = namespace
         self._seen: dict[tuple[Kind, str], ObjectData | ObjectUnavailable] = {}
 
@@ -88,17 +89,19 @@ class ObjectReader:
         return found
 
     async def _read(self, kind: Kind, name: str) -> ObjectData | ObjectUnavailable:
-        resource = ConfigMap if kind == "ConfigMap" else Secret
+        store_kind = kinds.CONFIG_MAP if kind == "ConfigMap" else kinds.SECRET
         try:
-            obj = await self._api.get(resource, name, namespace=self._namespace)
-        except ApiError as exc:
-            if exc.status.code == 404:
-                return ObjectUnavailable(not_found_message(kind, name), not_found=True)
-            return ObjectUnavailable(exc.status.message or str(exc), not_found=False)
-        except Exception as exc:  # noqa: BLE001 — transport errors (API server down): retried later
+            # Fresh each pass (max_age 0): the kubelet's managers see an object's change at once.
+            obj = await self._objects.get(store_kind, name, self._namespace, max_age=0)
+        except ObjectError as exc:
+            return ObjectUnavailable(exc.detail, not_found=False)
+        except Exception as exc:  # noqa: BLE001 — anything else: retried later
             return ObjectUnavailable(f"cannot read {kind} {self._namespace}/{name}: {exc!r}", not_found=False)
+        if obj is None:
+            return ObjectUnavailable(not_found_message(kind, name), not_found=True)
+        data = obj.get("data") or {}
         if kind == "ConfigMap":
-            return ObjectData(kind, name, strings=dict(obj.data or {}),
-                              binary={k: base64.b64decode(v) for k, v in (obj.binaryData or {}).items()})
-        return ObjectData(kind, name, binary={k: base64.b64decode(v) for k, v in (obj.data or {}).items()},
-                          type=obj.type or "", uid=(obj.metadata.uid if obj.metadata else None) or "")
+            return ObjectData(kind, name, strings=dict(data),
+                              binary={k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+        return ObjectData(kind, name, binary={k: base64.b64decode(v) for k, v in data.items()},
+                          type=str(obj.get("type") or ""), uid=str((obj.get("metadata") or {}).get("uid") or ""))

@@ -1,4 +1,4 @@
-"""``python -m plugins.fakegpu``: run the fake GPU DRA driver until SIGTERM or SIGINT."""
+"""``python -m drivers.fakegpu``: run the fake GPU DRA driver until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import anyio
 
 from nodeagent import logs
 from nodeagent.apiclient import make_api_client
-from plugins.fakegpu import DRIVER_NAME, FakeGpuDriver
+from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m plugins.fakegpu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m drivers.fakegpu", description=__doc__.splitlines()[0])
     parser.add_argument("--driver-name", default=DRIVER_NAME, help=f"the DRA driver name (default {DRIVER_NAME})")
     parser.add_argument("--registry-dir", type=Path, default=Path("/var/lib/kubelet/plugins_registry"),
                         help="where the registration socket goes (the agent's pluginsRegistryDir)")

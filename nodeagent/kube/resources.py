@@ -166,23 +166,24 @@ def values(container: ResourceRequirements, pod_level: ResourceRequirements | No
                   memory_limit=quantity.bytes_(limits.get("memory", 0)))
 
 
-def pod_requests(pod: Pod) -> dict[str, int]:
-    """resourcehelper.PodRequests for CPU and memory: regular containers and sidecars summed, at
-    least any init container with the sidecars started before it; pod-level requests win."""
+def pod_requests(pod: Pod, resources: tuple[str, ...] = FIT_RESOURCES) -> dict[str, int]:
+    """resourcehelper.PodRequests (for CPU and memory unless ``resources`` says otherwise):
+    regular containers and sidecars summed, at least any init container with the sidecars
+    started before it; pod-level requests win."""
     total: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     sidecars: dict[str, int] = {}
     for c in pod.spec.init_containers:
-        req = {r: quantity.base_units(r, v) for r, v in requests_of(c).items() if r in FIT_RESOURCES}
+        req = {r: quantity.base_units(r, v) for r, v in requests_of(c).items() if r in resources}
         if c.restart_policy == "Always":
             for r, v in req.items():
                 sidecars[r] = sidecars.get(r, 0) + v
         else:
-            for r in FIT_RESOURCES:
+            for r in resources:
                 init_peak[r] = max(init_peak.get(r, 0), req.get(r, 0) + sidecars.get(r, 0))
     for c in pod.spec.containers:
         for r, amount in requests_of(c).items():
-            if r in FIT_RESOURCES:
+            if r in resources:
                 total[r] = total.get(r, 0) + quantity.base_units(r, amount)
     for r, v in sidecars.items():
         total[r] = total.get(r, 0) + v
@@ -191,7 +192,7 @@ def pod_requests(pod: Pod) -> dict[str, int]:
             total[r] = v
     if pod.spec.resources is not None:
         for r, amount in pod.spec.resources.requests.items():
-            if r in FIT_RESOURCES:
+            if r in resources:
                 total[r] = quantity.base_units(r, amount)
     return {r: v for r, v in total.items() if v}
 

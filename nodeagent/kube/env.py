@@ -17,7 +17,7 @@ from decimal import Decimal
 from nodeagent import quantity
 from nodeagent.additions import ApiEnv
 from nodeagent.model import Container, Pod, ResourceFieldSelector
-from plugins.runtime.resources import requests_of
+from nodeagent.kube.resources import requests_of
 
 OPERATOR = "$"
 

@@ -1,5 +1,5 @@
 """A "fake GPU" DRA driver: a kubelet plugin written in Python, to develop and test DRA on one
-node without hardware (``python -m plugins.fakegpu --help``).
+node without hardware (``python -m drivers.fakegpu --help``).
 
 It does what a real DRA kubelet plugin does on the node (the part k8s.io/dynamic-resource-
 allocation's kubeletplugin helper and the upstream dra-example-driver do):
@@ -20,7 +20,7 @@ allocation's kubeletplugin helper and the upstream dra-example-driver do):
   device ids. Repeated calls answer the same (idempotent);
 * on **NodeUnprepareResources** removes the spec and the info directory (idempotent too).
 
-In a cluster (``--kubeconfig``, ``--node-name``; plugins/fakegpu/cluster.py) it also publishes a
+In a cluster (``--kubeconfig``, ``--node-name``; drivers/fakegpu/cluster.py) it also publishes a
 ResourceSlice of its devices for the node, so that the real scheduler can allocate them, and
 reads each claim's allocation from the API server instead of the manifests.
 
@@ -53,7 +53,7 @@ from plugins.dra._generated import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from plugins.fakegpu.cluster import SlicePublisher, allocation
+from drivers.fakegpu.cluster import SlicePublisher, allocation
 
 log = structlog.get_logger("fakegpu")
 

@@ -4,18 +4,13 @@ disagree about whether a container will run again."""
 
 from __future__ import annotations
 
-from nodeagent.model import Container, ContainerRestartRule, PodSpec
-from nodeagent.runtimeview import ContainerRecord
-from nodeagent.stash import Stash, StashKey
-
-STARTUP_PASSED: StashKey[set[str]] = StashKey("startup_probe_passed")
-"""Ids of container instances whose startup probe succeeded (written by the probes stage): a
-sidecar with a startup probe counts as started, letting the next container start, only then."""
+from nodeagent.model import Container, ContainerRestartRule, Pod, PodSpec
+from nodeagent.runtimeview import ContainerRecord, PodRuntime
 
 
-def unstarted_sidecars(spec: PodSpec, running_ids: dict[str, str], stash: Stash) -> frozenset[str]:
-    """Ids of running sidecars (``running_ids``: name → id) whose startup probe has not passed."""
-    passed = stash.get(STARTUP_PASSED, set())
+def unstarted_sidecars(spec: PodSpec, running_ids: dict[str, str], passed: set[str]) -> frozenset[str]:
+    """Ids of running sidecars (``running_ids``: name → id) whose startup probe has not passed
+    (``passed``: the instances whose startup probe succeeded, nodeagent.podfacts.STARTUP_PASSED)."""
     return frozenset(cid for c in spec.init_containers
                      if is_sidecar(c) and c.startup_probe is not None
                      and (cid := running_ids.get(c.name)) is not None and cid not in passed)
@@ -66,3 +61,12 @@ def init_failed(record: ContainerRecord) -> bool:
     if record.state == "unknown":
         return True
     return record.exited and (record.exit_code != 0 or record.reason == "OOMKilled")
+
+
+def awaiting_rerun(pod: Pod, runtime: PodRuntime, since: int) -> bool:
+    """(RestartAllContainers) Reset at ``since``, and some container has not run again since:
+    the pod is not finished, whatever its stopped instances say."""
+    if not since:
+        return False
+    return any((latest := runtime.latest(c.name)) is not None and latest.created_at <= since
+               for c in pod.all_containers())

@@ -194,12 +194,23 @@ def _kubelet_config(argv: list[str]) -> Any:
 
 
 def cmd_plugins(args: argparse.Namespace, config: Any) -> int:
+    from nodeagent.errors import PluginError
     from nodeagent.pluginconfig import describe
-    from nodeagent.registry import config_models, discover, installed_phases
+    from nodeagent.registry import config_models, configuration, discover, installed_phases
 
     eps = discover()
     joined = installed_phases(eps.values())
     models = config_models(eps.values())
+    for name, section in config.plugins.items():  # a bad section is refused here as the agent refuses it
+        if name not in eps:
+            print(f"nodeagent: configuration has a section for unknown plugin {name!r}; installed: {sorted(eps)}",
+                  file=sys.stderr)
+            return 2
+        try:
+            configuration(name, eps[name].load(), section)
+        except PluginError as exc:
+            print(f"nodeagent: plugin configuration error: {exc}", file=sys.stderr)
+            return 2
     print("installed stage plugins (entry-point group nodeagent.plugins):")
     for name, ep in sorted(eps.items()):
         print(f"  {name:<16} {ep.value:<40} phases: {', '.join(joined[name])}")

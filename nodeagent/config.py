@@ -356,7 +356,10 @@ def read_sources(config: Path | None, agent_config: Path | None, *, strict_confi
     out = Sources()
     if config is not None:
         if strict_config:
-            out.kubelet_body, out.kubelet_origin = read_config_file(config), str(config)
+            try:
+                out.kubelet_body, out.kubelet_origin = read_config_file(config), str(config)
+            except ConfigurationError as exc:
+                raise ConfigError(str(exc)) from None
         else:
             _sort(out, config, allow_kubelet=True)
     if agent_config is not None:

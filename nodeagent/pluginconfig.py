@@ -15,6 +15,7 @@ repeated here: stages read it from ``handle.settings`` (nodeagent/kubeletconfig/
 from __future__ import annotations
 
 import typing
+from pathlib import PurePath
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -52,6 +53,14 @@ def _type_name(annotation: Any) -> str:
     return text.replace("NoneType", "None")
 
 
+def _show(value: Any) -> str:
+    if isinstance(value, PurePath):
+        return repr(str(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return repr(value)
+
+
 def describe(model: type[BaseModel]) -> list[str]:
     """One line per field: ``name: type = default  docstring`` (for ``nodeagent plugins``)."""
     if not model.model_fields:
@@ -59,9 +68,9 @@ def describe(model: type[BaseModel]) -> list[str]:
     lines = []
     for name, field in model.model_fields.items():
         if field.default is not PydanticUndefined:
-            default = repr(field.default)
+            default = _show(field.default)
         elif field.default_factory is not None:
-            default = repr(field.default_factory())  # type: ignore[call-arg]
+            default = _show(field.default_factory())  # type: ignore[call-arg]
         else:
             default = "(required)"
         doc = " ".join((field.description or "").split())

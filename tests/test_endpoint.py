@@ -92,9 +92,11 @@ def _refused_configuration(tmp_path: Path, text: str) -> str:
 
 
 async def test_bad_configuration_is_reported_with_the_field(tmp_path: Path) -> None:
-    stderr = _refused_configuration(tmp_path, "maxPods: -3\nstaticPodPth: /x\n")
-    assert "maxPods: Input should be greater than or equal to 1" in stderr
+    stderr = _refused_configuration(tmp_path, "maxPods: 3\nstaticPodPth: /x\n")
     assert "staticPodPth: Extra inputs are not permitted" in stderr
+    # A bad value is refused by the kubelet's validation, in its words (nodeagent/kubeletconfig).
+    stderr = _refused_configuration(tmp_path, "maxPods: -3\n")
+    assert "invalid configuration: maxPods (--max-pods) -3 must not be a negative number" in stderr
 
 
 def test_register_with_taints_are_validated_as_the_kubelet_does(tmp_path: Path) -> None:

@@ -2,8 +2,10 @@
 
 A template for out-of-tree stage plugins. It shows the whole shape in one file:
 
-- a configuration model (pydantic, frozen, unknown keys are errors) built from the plugin's
-  section of the agent configuration (``plugins: {requiredlabel: {label: team}}``);
+- a configuration model (pydantic, frozen, unknown keys are errors) for the plugin's section of
+  the NodeAgentConfiguration (``plugins: {requiredlabel: {label: team}}``), declared on the
+  factory as ``config_model``: the agent validates the section with it when it loads (an error
+  names ``plugins.requiredlabel.<field>``) and ``nodeagent plugins`` shows it;
 - a class that inherits the phase it joins (:class:`nodeagent.stages.Admit`) and whose ``name``
   is its entry-point name, its configuration section and its log field ``stage=``;
 - the factory ``plugin(config, handle)`` that the entry point names.
@@ -54,12 +56,15 @@ class RequiredLabel(Admit):
         )
 
 
-def plugin(config: Mapping[str, Any], handle: AgentHandle) -> RequiredLabel:
-    """The factory the entry point names. A bad configuration fails here, when the agent loads."""
+def plugin(config: RequiredLabelConfig | Mapping[str, Any], handle: AgentHandle) -> RequiredLabel:
+    """The factory the entry point names. The agent hands it the validated model; a mapping (a
+    test calling it directly) is validated here, so a bad configuration fails either way."""
     return RequiredLabel(RequiredLabelConfig.model_validate(config))
 
 
-# Lets `nodeagent plugins` show the phases this plugin joins without creating it.
+# Lets `nodeagent plugins` show the phases this plugin joins without creating it, and the agent
+# validate its section before the factory runs.
 plugin.stage_class = RequiredLabel  # type: ignore[attr-defined]
+plugin.config_model = RequiredLabelConfig  # type: ignore[attr-defined]
 
 __all__ = ["REASON", "RequiredLabel", "RequiredLabelConfig", "plugin"]

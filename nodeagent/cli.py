@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,37 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-format", dest="logFormat", choices=["console", "json"])
     p.add_argument("--trace-file", dest="traceFile", type=Path)
     p.add_argument("--verbose", action="store_true", help="also log every bus event")
+
+
+_OWN_OPTIONS = {"config", "agent-config", "node-name", "static-pod-path", "pod-logs-dir", "log-format", "trace-file",
+                "verbose", "output", "container", "previous", "follow", "tail", "timestamps", "since", "kubelet",
+                "help", "version"}
+
+
+def split_kubelet_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(nodeagent's arguments, the kubelet's flags with their values): the kubelet's long flags
+    are recognised by name (pflag's table), so argparse never sees, or misreads, them."""
+    from nodeagent.kubeletconfig.flags import BY_NAME
+
+    own: list[str] = []
+    kubelet: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name = arg[2:].split("=", 1)[0].replace("_", "-") if arg.startswith("--") else ""
+        if name and name not in _OWN_OPTIONS and name in BY_NAME:
+            kubelet.append(arg)
+            if "=" not in arg and not BY_NAME[name].bool_ and i + 1 < len(args):
+                kubelet.append(args[i + 1])
+                i += 1
+        elif arg == "--":
+            own.extend(args[i:])
+            break
+        else:
+            own.append(arg)
+        i += 1
+    return own, kubelet
 
 
 def _parser(prog: str, help: str) -> argparse.ArgumentParser:  # noqa: A002 - argparse's word
@@ -79,9 +111,10 @@ def _parse_run(name: str, argv: list[str], help: str) -> tuple[argparse.Namespac
     p = _parser(f"nodeagent {name}", help)
     _add_config_flags(p)
     p.add_argument("-v", dest="v_short", action="store_true", help=argparse.SUPPRESS)
-    args, rest = p.parse_known_args(argv)
+    own, kubelet = split_kubelet_flags(argv)
+    args = p.parse_args(own)
     args.verbose = args.verbose or args.v_short
-    return args, _config(args, rest)
+    return args, _config(args, kubelet)
 
 
 def cmd_run(argv: list[str]) -> int:
@@ -169,13 +202,15 @@ def cmd_config(argv: list[str]) -> int:
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.add_argument("--kubelet", action="store_true", help="the arguments are the kubelet's command line")
     _add_config_flags(p)
-    args, rest = p.parse_known_args(argv)
-    if rest[:1] == ["--"]:
-        rest = rest[1:]
-    if args.kubelet:
-        config = _kubelet_config(rest)
+    if "--kubelet" in argv:  # everything after is the kubelet's command line (after an optional --)
+        at = argv.index("--kubelet")
+        rest = argv[at + 1:]
+        args = p.parse_args([*argv[:at], "--kubelet"])
+        config = _kubelet_config(rest[1:] if rest[:1] == ["--"] else rest)
     else:
-        config = _config(args, rest)
+        own, kubelet = split_kubelet_flags(argv)
+        args = p.parse_args(own)
+        config = _config(args, kubelet)
     print(render(config, output=args.output))
     return 0
 
@@ -395,13 +430,14 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("-o", "--output", choices=["table", "json"], default="table")
         if name == "trace":
             p.add_argument("pod", help="pod UID, NAMESPACE/NAME or NAME")
-    for name, fn, doc in (
+    plain: tuple[tuple[str, Callable[[argparse.Namespace], int], str], ...] = (
         ("phases", cmd_phases, "the phases and their contracts"),
         ("lifecycle", cmd_lifecycle, "the pod lifecycle transition table"),
         ("wiring", cmd_wiring, "who publishes and who subscribes on the bus"),
-    ):
+    )
+    for name, plain_fn, doc in plain:
         p = sub.add_parser(name, help=doc)
-        p.set_defaults(fn=fn, needs_config=False)
+        p.set_defaults(fn=plain_fn, needs_config=False)
     logs = sub.add_parser("logs", help="a container's log (kubectl logs, from podLogsDir)", allow_abbrev=False)
     _add_config_flags(logs)
     logs.set_defaults(fn=cmd_logs, needs_config=True)
@@ -412,12 +448,13 @@ def main(argv: list[str] | None = None) -> int:
     logs.add_argument("--tail", type=int, default=-1, help="only the last N lines (-1: all)")
     logs.add_argument("--timestamps", action="store_true", help="prefix each line with its RFC3339Nano time")
     logs.add_argument("--since", help="only lines newer than this: seconds, or a duration like 5m")
-    args, rest = parser.parse_known_args(argv)
+    own, kubelet = split_kubelet_flags(argv)
+    args = parser.parse_args(own)
     if not getattr(args, "needs_config", False):
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        if kubelet:
+            parser.error(f"unrecognized arguments: {' '.join(kubelet)}")
         return int(args.fn(args))
-    return int(args.fn(args, _config(args, rest)))
+    return int(args.fn(args, _config(args, kubelet)))
 
 
 def kubelet_main() -> int:

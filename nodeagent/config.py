@@ -163,6 +163,7 @@ def split_legacy(flat: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     kubelet: dict[str, Any] = {}
     flags: dict[str, Any] = {}
     agent: dict[str, Any] = {}
+    moved: dict[str, dict[str, Any]] = {}
     for key, value in flat.items():
         if key in _FLAG_NAMES:
             flags[_FLAG_NAMES[key]] = value
@@ -170,13 +171,14 @@ def split_legacy(flat: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
             agent[_AGENT_NAMES[key]] = value
         elif key in MOVED_TO_PLUGINS:
             plugin, name = MOVED_TO_PLUGINS[key]
-            plugins = agent.setdefault("plugins", {})
-            plugins.setdefault(plugin, {})[name] = _json_ready(value)
+            moved.setdefault(plugin, {})[name] = _json_ready(value)
         else:
             kubelet[key] = value
-    if "plugins" in flat and "plugins" in agent and isinstance(flat["plugins"], dict):
-        merged = {name: dict(section) for name, section in flat["plugins"].items()}
-        for name, section in agent["plugins"].items():
+    if moved:
+        # A plugin's own section wins over the earlier top-level names it replaces.
+        given = agent.get("plugins") if isinstance(agent.get("plugins"), Mapping) else {}
+        merged = {name: dict(section) for name, section in (given or {}).items()}
+        for name, section in moved.items():
             merged[name] = {**section, **merged.get(name, {})}
         agent["plugins"] = merged
     return kubelet, flags, agent

@@ -353,3 +353,24 @@ def test_the_configurations_the_docs_show_load(doc: str, tmp_path: Path) -> None
         for name, section in config.plugins.items():
             if name in installed:
                 configuration(name, installed[name].load(), section)
+
+
+def test_honoured_fields_reach_what_uses_them(tmp_path: Path) -> None:
+    """tlsMinVersion (the kubelet API), syncFrequency (apivolumes' resync), podsPerCore (pods)."""
+    import ssl
+    from types import SimpleNamespace
+
+    from nodeagent.kubeletserver.certs import CertificateError, server_context, serving_pair
+    from plugins.apivolumes import Settings
+    from plugins.apivolumes import plugin as apivolumes
+
+    config = AgentConfig(root_dir=tmp_path, node_ip="10.1.2.3", tls_min_version="VersionTLS13", sync_frequency=30)
+    cert, key = serving_pair(config)
+    assert server_context(cert, key, None, min_version=config.kubelet.tls_min_version).minimum_version \
+        is ssl.TLSVersion.TLSv1_3
+    assert server_context(cert, key, None).minimum_version is ssl.TLSVersion.TLSv1_2
+    with pytest.raises(CertificateError, match="unrecognized TLS version: VersionTLS99"):
+        server_context(cert, key, None, min_version="VersionTLS99")
+    handle = SimpleNamespace(settings=config.node_config())
+    assert apivolumes(Settings(), handle)._resync == 30.0  # type: ignore[arg-type]
+    assert apivolumes(Settings(resync_seconds=5), handle)._resync == 5.0  # type: ignore[arg-type]

@@ -177,6 +177,9 @@ class Environment:
                 "--kubeconfig", str(self.cp.node_kubeconfig(o.node_name)),
                 "--container-runtime-endpoint", self.ctd.endpoint,
                 "--node-name", o.node_name,
+                # The control plane is on loopback: the API server reaches the node's kubelet API
+                # there (the address nodeagent used before it detected the node's as the kubelet).
+                "--node-ip", "127.0.0.1",
                 "--root-dir", str(self.node_dir / "root"),
                 "--pod-logs-dir", str(self.node_dir / "pods"),
                 *o.nodeagent_args]

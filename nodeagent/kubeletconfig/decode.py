@@ -49,7 +49,7 @@ class _Loader(yaml.SafeLoader):
 def _mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise StrictDecodingError(
                 f"strict decoding error: yaml: unmarshal errors:\n  line {key_node.start_mark.line + 1}: "

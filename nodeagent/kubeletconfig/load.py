@@ -83,7 +83,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def dropin_files(directory: Path) -> tuple[list[Path], list[Path]]:
     """(``*.conf`` files, other files) below ``directory``, in filepath.WalkDir's lexical order."""
-    found, skipped = [], []
+    found: list[Path] = []
+    skipped: list[Path] = []
     for root, dirs, files in os.walk(directory):
         dirs.sort()
         # WalkDir visits a directory's entries in lexical order, files and subdirectories mixed:
@@ -192,12 +193,12 @@ def assemble(*, config_body: Mapping[str, Any] | None = None, config_origin: str
             if key == "featureGates":
                 data["featureGates"] = {**(data.get("featureGates") or {}), **value}
             else:
-                for path, leaf in support.leaves_of(value, key) if key in ("authentication", "authorization",
-                                                                         "logging") else [(key, value)]:
-                    set_path(data, path, leaf)
+                for dotted, leaf in support.leaves_of(value, key) if key in ("authentication", "authorization",
+                                                                             "logging") else [(key, value)]:
+                    set_path(data, dotted, leaf)
         current = _validated(data, "flags")
-        for path, flag in (flag_origins or {}).items():
-            origins[path] = Origin("flag", flag)
+        for dotted, flag in (flag_origins or {}).items():
+            origins[dotted] = Origin("flag", flag)
     return Assembled(current, baseline, origins, skipped)
 
 

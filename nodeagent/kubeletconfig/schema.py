@@ -158,7 +158,7 @@ def label_value_error(value: str) -> str | None:
 class Taint(BaseModel):
     """One of ``registerWithTaints`` (a core v1.Taint): put on the Node when it is created."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _MODEL
 
     key: Str
     value: Str = ""

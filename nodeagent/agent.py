@@ -43,7 +43,7 @@ from nodeagent.lifecycle import PodState
 from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.kubeletconfig.support import support_of
 from nodeagent.metrics import Metrics
-from nodeagent.nodeip import node_ips
+from nodeagent.nodeip import NodeIPError, node_ips
 from nodeagent.objects import ApiObjects, FileObjects, ObjectStore
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline, load
@@ -143,7 +143,14 @@ class Agent:
         self.certificates = certificates
         self.api: Any = (make_api_client(config.kubeconfig, ssl_context=certificates.context if certificates else None)
                          if config.kubeconfig else None)
-        ips = node_ips(config.flags.node_ip, config.node_name, config.flags.hostname_override)
+        try:
+            ips = node_ips(config.flags.node_ip, config.node_name, config.flags.hostname_override)
+        except NodeIPError as exc:
+            if config.kubeconfig is not None:
+                raise  # the kubelet cannot register a node without an address, nor can we
+            # Standalone there is no Node: pods still get a host IP (nodeagent's old default).
+            log.warning("no node IP found; standalone, pods get 127.0.0.1 as their host IP", error=str(exc))
+            ips = ["127.0.0.1"]
         self.node = NodeInfo(
             name=config.node_name,
             ip=ips[0],

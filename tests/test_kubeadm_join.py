@@ -264,7 +264,7 @@ def test_a_kubeadm_node_joins_with_a_bootstrap_token_and_rotates_its_certificate
     finally:
         # The agent tears its pods down before it stops (stopping leaves pods running).
         cp.kubectl("delete", "pods", "hello", "after", "--grace-period=1", "--ignore-not-found", "--wait=true",
-                   "--timeout=60s", check=False)
+                   "--timeout=90s", check=False, timeout=120)
         try:
             anyio.run(_runtime_empty, containerd.endpoint, node)
         finally:

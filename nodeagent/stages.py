@@ -39,6 +39,7 @@ from nodeagent.stash import Stash
 
 if TYPE_CHECKING:
     from cri import RuntimeClient
+    from nodeagent.additions import AdditionsAccess
     from nodeagent.objects import ObjectStore
     from nodeagent.runtimeview import PodRuntime
 
@@ -216,6 +217,11 @@ class PodContext(Protocol):
     @property
     def objects(self) -> ObjectStore:
         """The agent's object store (see AgentHandle.objects)."""
+
+    @property
+    def additions(self) -> AdditionsAccess:
+        """(prepare) The mounts, devices and env this stage gives the pod's containers; the
+        runtime stage merges every stage's (nodeagent.additions)."""
 
     @property
     def facts(self) -> FactAccess:

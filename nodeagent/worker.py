@@ -20,6 +20,7 @@ import structlog
 from cri import RuntimeClient
 from nodeagent import events as ev
 from nodeagent import hostpaths
+from nodeagent.additions import CONTAINER_ADDITIONS, AdditionsAccess, PodAdditions
 from nodeagent.admission import AdmissionCycle
 from nodeagent.clock import Clock
 from nodeagent.facts import PodFacts
@@ -108,8 +109,11 @@ class StageContext:
         self.node = services.node
         self.stash = worker.stash
         declared = services.pipeline.stages.get(stage)
-        self.facts = worker.facts.access(stage, getattr(declared, "provides", ()),
-                                         (*getattr(declared, "requires", ()), *getattr(declared, "uses", ())))
+        provides = getattr(declared, "provides", ())
+        reads = (*getattr(declared, "requires", ()), *getattr(declared, "uses", ()))
+        self.facts = worker.facts.access(stage, provides, reads)
+        self.additions = AdditionsAccess(worker.additions, stage, CONTAINER_ADDITIONS in provides,
+                                         CONTAINER_ADDITIONS in reads)
         self._status = services.status.reporter(worker.ref.uid)
         self.log = log.bind(pod=str(worker.ref), uid=worker.ref.uid, stage=stage)
 
@@ -188,6 +192,8 @@ class PodWorker:
         self.stash = Stash()
         self.facts = PodFacts()
         """What stages share about the pod (nodeagent.facts), declared by each."""
+        self.additions = PodAdditions()
+        """What prepare stages give the pod's containers (nodeagent.additions)."""
         self.budget = RetryBudget()
         """Unexpected stage failures so far: a stage that keeps failing fails the pod."""
         self.lifecycle = Lifecycle()

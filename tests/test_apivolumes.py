@@ -26,7 +26,7 @@ from conformance.contract import StageContract
 from conformance.fakecontext import FakeObjects, FakePodContext
 from cri import types as t
 from nodeagent import labels as L
-from nodeagent.additions import ApiEnv, additions_for
+from nodeagent.additions import ApiEnv
 from nodeagent.clock import ManualClock
 from nodeagent.model import Pod
 from nodeagent.objects import ObjectError, kinds
@@ -590,7 +590,7 @@ async def test_env_read_before_survives_an_unreachable_api_but_not_a_deleted_obj
     ctx = _FakeContext(pod, api, ManualClock(), tmp_path)
     stage = ApiVolumesStage(Settings())
     assert (await stage.prepare(ctx)).verdict is Verdict.CONTINUE  # type: ignore[arg-type]
-    assert additions_for(ctx.stash, "c").api_env == ApiEnv(env_from={"k": "v"})
+    assert ctx.additions.merged("c").api_env == ApiEnv(env_from={"k": "v"})
 
     api.failure = ObjectError("GET /api/v1/namespaces/ns/configmaps/cfg: ConnectError: connection refused", None)
     found = await stage._resolve(ctx)  # type: ignore[arg-type]
@@ -598,7 +598,7 @@ async def test_env_read_before_survives_an_unreachable_api_but_not_a_deleted_obj
     api.failure = None
     api.put(kinds.CONFIG_MAP)  # now the API says: deleted
     stage._contribute(ctx, await stage._resolve(ctx))  # type: ignore[arg-type]
-    assert additions_for(ctx.stash, "c").api_env == ApiEnv(error='configmap "cfg" not found')
+    assert ctx.additions.merged("c").api_env == ApiEnv(error='configmap "cfg" not found')
 
 
 def test_api_fields_name_every_reference_as_the_model_would() -> None:

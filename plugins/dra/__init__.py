@@ -38,6 +38,7 @@ from pydantic.alias_generators import to_camel
 
 from cri import CriError
 from nodeagent import labels as L
+from nodeagent.additions import CONTAINER_ADDITIONS
 from nodeagent.claims import ClaimStore
 from nodeagent.events import Event
 from nodeagent.stages import AgentHandle, PodContext, Prepare, Result
@@ -86,6 +87,7 @@ class DraConfig(BaseModel):
 
 class DraStage(Prepare):
     name: ClassVar[str] = "dra"
+    provides = (CONTAINER_ADDITIONS,)
 
     def __init__(self, config: DraConfig, handle: AgentHandle) -> None:
         settings = handle.settings
@@ -182,7 +184,7 @@ class DraStage(Prepare):
         await self._ensure_loaded()
         pod = ctx.pod
         if not pod.spec.resource_claims:
-            containers.withdraw(ctx.stash)
+            ctx.additions.withdraw()
             return Result.skip()
         try:
             claims = await self._pod_claims(ctx)
@@ -216,7 +218,7 @@ class DraStage(Prepare):
                 if entry is not None:
                     entry.prepared = False
             return self._waiting(ctx, str(exc))
-        containers.apply(ctx.stash, self.name, table)
+        containers.apply(ctx.additions, table)
         await self._report_skipped(ctx, table)
         if ctx.stash.pop(_WAITING, None) is not None:
             ctx.status.set_pod_reason("", "")
@@ -345,7 +347,7 @@ class DraStage(Prepare):
 
     async def unprepare(self, ctx: PodContext) -> None:
         await self._ensure_loaded()
-        containers.withdraw(ctx.stash)
+        ctx.additions.withdraw()
         if ctx.stash.pop(_WAITING, None) is not None:
             ctx.status.set_pod_reason("", "")  # a pod deleted while waiting did not fail because of it
         uid = ctx.ref.uid

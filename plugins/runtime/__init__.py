@@ -32,6 +32,7 @@ import structlog
 from cri import AlreadyExists, CriError, NotFound
 from cri import types as t
 from nodeagent import hostpaths
+from nodeagent.additions import CONTAINER_ADDITIONS
 from nodeagent import labels as L
 from nodeagent.events import SandboxRemoved, SandboxStarted
 from nodeagent.stages import (
@@ -71,7 +72,7 @@ ORPHAN_MIN_AGE_SECONDS = 60.0
 class RuntimeStage(Prepare, Start, Observe, Cleanup):
     name: ClassVar[str] = "runtime"
     provides = (RUNTIME_NOTES, RESIZE, RESTART_ALL_AT)
-    uses = (STARTUP_PASSED,)
+    uses = (STARTUP_PASSED, CONTAINER_ADDITIONS)
 
     def __init__(self, node_name: str, pod_logs_dir: Path, node_keyring: NodeKeyring | None = None,
                  pull_records: PullRecords | None = None) -> None:

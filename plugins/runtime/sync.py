@@ -21,7 +21,6 @@ import anyio
 from cri import CriError, NotFound
 from cri import types as t
 from nodeagent import labels as L
-from nodeagent.additions import additions_for
 from nodeagent.events import ContainerCreated
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import PodContext
@@ -205,8 +204,8 @@ class Syncer:
         for c in ctx.observed.containers:
             if c.name == name and c.id != keep and c.exited:
                 await _remove(ctx, c.id)
-        extra = additions_for(ctx.stash, name)
         try:
+            extra = ctx.additions.merged(name)
             # subPaths and typed hostPaths: opened, checked and bound now, for this instance —
             # never what an earlier start (or prepare) saw, which a container may have changed.
             extra.mounts.extend(await anyio.to_thread.run_sync(bind_volume_mounts, ctx.pod_dir, name, extra.binds))

@@ -100,8 +100,6 @@ class Handle:
     """The ResourceClaims the sources know (read by the dra stage)."""
     objects: ObjectStore
     """API objects (cluster: list and watch with the node's credentials; standalone: manifests)."""
-    api: Any = None
-    """The API client (lightkube AsyncClient) in cluster mode; None when standalone."""
 
     @property
     def settings(self) -> AgentConfig:
@@ -163,8 +161,7 @@ class Agent:
             log.error("task failed before the supervisor started", task=task, error=repr(exc))
 
     def load_pipeline(self) -> Pipeline:
-        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.claims, self.objects,
-                        api=self.api)
+        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.claims, self.objects)
         pipeline, warnings = load(self.config.profile, self.config.plugins, handle)
         for warning in warnings:
             log.warning(warning)
@@ -206,7 +203,7 @@ class Agent:
                         await sup.start(node_task, name=f"stage:{stage.name}")
                 services = Services(
                     runtime=self.runtime, clock=self.clock, node=self.node, settings=self.config,
-                    relister=self.relister, status=self.status, publish=self.bus.publish, api=self.api,
+                    relister=self.relister, status=self.status, publish=self.bus.publish,
                     objects=self.objects,
                     admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,
                     root_dir=self.config.root_dir,

@@ -210,11 +210,6 @@ class PodContext(Protocol):
         """The agent's configuration (read-only)."""
 
     @property
-    def api(self) -> Any:
-        """The Kubernetes API client (lightkube AsyncClient) in cluster mode; None standalone.
-        Stages that read API objects (configMaps, secrets, claims) use it; none opens its own."""
-
-    @property
     def objects(self) -> ObjectStore:
         """The agent's object store (see AgentHandle.objects)."""
 
@@ -414,8 +409,6 @@ class AgentHandle(Protocol):
     """API objects with the node's credentials (nodeagent.objects): views kept current by list
     and watch, cached reads by name, the few writes stages make. Standalone: the documents
     beside the static pods. A stage never opens a client of its own."""
-    api: Any
-    """The Kubernetes API client in cluster mode; None standalone."""
 
     @property
     def settings(self) -> Any: ...

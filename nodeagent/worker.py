@@ -79,8 +79,6 @@ class Services:
     admission: AdmissionCycle
     pipeline: Pipeline
     root_dir: Path
-    api: Any = None
-    """The Kubernetes API client in cluster mode (lightkube AsyncClient); None when standalone."""
     objects: ObjectStore = field(default_factory=FileObjects)
     """The agent's object store (nodeagent.objects); stages reach it as ``ctx.objects``
     (standalone and in tests without an API: the manifest-backed store, empty)."""
@@ -132,10 +130,6 @@ class StageContext:
     @property
     def settings(self) -> Any:
         return self._worker.services.settings
-
-    @property
-    def api(self) -> Any:
-        return self._worker.services.api
 
     @property
     def objects(self) -> ObjectStore:

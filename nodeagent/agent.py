@@ -35,8 +35,10 @@ from nodeagent.fdlimit import raise_to_hard_limit
 from nodeagent.kubeletserver import KubeletServer
 from nodeagent.kubeletserver import enabled as kubelet_server_enabled
 from nodeagent.lifecycle import PodState
+from nodeagent.errors import PluginError
 from nodeagent.metrics import Metrics
 from nodeagent.objects import ApiObjects, FileObjects, ObjectStore
+from nodeagent.pluginwatcher import PluginHandler, PluginWatcher, polling
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline, load
 from nodeagent.sources.static import StaticPodSource
@@ -146,6 +148,8 @@ class Agent:
         self.endpoint_port: int | None = None
         # Built here, not when it starts: a kubelet API the configuration cannot secure
         # (no authenticator, a webhook without an API client) stops the agent before it runs.
+        self.plugin_watcher: PluginWatcher | None = None
+        """The kubelet's plugin watcher, when a stage handles a plugin type (dra: DRAPlugin)."""
         self.kubelet_server: KubeletServer | None = (
             KubeletServer(config, status=self.status, relister=self.relister, runtime=self.runtime,
                           healthz=self.healthz, api=self.api)
@@ -198,9 +202,15 @@ class Agent:
                 await sup.start(self.relister.run, name="pleg")
                 await sup.start(self.status.run, name="status")
                 for stage in self.pipeline.stages.values():
-                    node_task = getattr(stage, "run", None)  # a stage's node-level task (dra: plugin watcher)
+                    node_task = getattr(stage, "run", None)  # a stage's node-level task (dra: its reconcile loop)
                     if node_task is not None:
                         await sup.start(node_task, name=f"stage:{stage.name}")
+                handlers = self._plugin_handlers()
+                if handlers:
+                    poll, health = polling(handlers)
+                    self.plugin_watcher = PluginWatcher(self.config.plugins_registry_dir, handlers, self.bus.publish,
+                                                        poll_seconds=poll, health_seconds=health)
+                    await sup.start(self.plugin_watcher.run, name="plugin-watcher")
                 services = Services(
                     runtime=self.runtime, clock=self.clock, node=self.node, settings=self.config,
                     relister=self.relister, status=self.status, publish=self.bus.publish,
@@ -239,6 +249,18 @@ class Agent:
         finally:
             self.bus.close()
             self.trace.close()
+
+    def _plugin_handlers(self) -> dict[str, PluginHandler]:
+        """Plugin type → the stage's handler for it (``registration_handlers()``); two stages
+        handling one type is a configuration error."""
+        handlers: dict[str, PluginHandler] = {}
+        for stage in (self.pipeline.stages.values() if self.pipeline else ()):
+            for handler in getattr(stage, "registration_handlers", lambda: [])():
+                if handler.plugin_type in handlers:
+                    raise PluginError(f"stages {handlers[handler.plugin_type]!r} and {stage.name!r} both handle "
+                                      f"plugins of type {handler.plugin_type}")
+                handlers[handler.plugin_type] = handler
+        return handlers
 
     def _subscribe(self, sup: Supervisor, name: str, handle: Callable[[ev.Event], Awaitable[None] | None]) -> None:
         """A bus subscriber under the supervisor; a fact it fails on is reported and skipped."""
@@ -318,7 +340,8 @@ class Agent:
     def plugins_info(self) -> dict[str, Any]:
         stages = self.pipeline.stages if self.pipeline else {}
         return {"order": self.pipeline.as_dict() if self.pipeline else {},
-                "stages": {n: s.describe() for n, s in stages.items() if hasattr(s, "describe")}}
+                "stages": {n: s.describe() for n, s in stages.items() if hasattr(s, "describe")},
+                "pluginWatcher": self.plugin_watcher.describe() if self.plugin_watcher is not None else None}
 
     def _register_gauges(self) -> None:
         def running() -> float:

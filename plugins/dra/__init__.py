@@ -54,7 +54,7 @@ from plugins.dra.events import (
     DraDriverDeregistered,
     DraDriverRegistered,
 )
-from plugins.dra.registration import Drivers, PluginWatcher
+from plugins.dra.registration import DraRegistrations, Drivers
 from plugins.dra.slices import WIPE_DELAY_SECONDS, SliceWiper
 from nodeagent.statefile import quarantine
 from plugins.dra.state import CheckpointError, ClaimCache, ClaimEntry
@@ -96,9 +96,9 @@ class DraStage(Prepare):
         objects = getattr(handle, "objects", None)
         self.slices = (SliceWiper(objects, handle.node.name, config.slice_wipe_delay_seconds)
                        if objects is not None and objects.cluster else None)
-        self.watcher = PluginWatcher(Path(settings.plugins_registry_dir), self.drivers, self._registration,
-                                     poll_seconds=config.poll_seconds, health_seconds=config.health_check_seconds,
-                                     call_timeout=config.call_timeout_seconds)
+        self.registrations = DraRegistrations(self.drivers, self._registration, call_timeout=config.call_timeout_seconds,
+                                              poll_seconds=config.poll_seconds,
+                                              health_seconds=config.health_check_seconds)
         self.cache = ClaimCache(Path(settings.dra_checkpoint_path))
         self.cdi = CdiSpecs([Path(d) for d in settings.cdi_spec_dirs])
         # Agents before the claim store (and test harnesses) have none: no claims, pods wait.
@@ -111,14 +111,17 @@ class DraStage(Prepare):
 
     # --- node level ---------------------------------------------------------------------
 
+    def registration_handlers(self) -> list[DraRegistrations]:
+        """Plugins of type DRAPlugin, handed over by the agent's plugin watcher."""
+        return [self.registrations]
+
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The node-level task: plugin registration, the reconcile loop and (cluster mode) the
-        node's ResourceSlice housekeeping."""
+        """The node-level task: the reconcile loop and (cluster mode) the node's ResourceSlice
+        housekeeping (the agent's plugin watcher registers the drivers)."""
         await self._ensure_loaded()
         async with anyio.create_task_group() as tg:
             if self.slices is not None:
                 await tg.start(self.slices.run)
-            await tg.start(self.watcher.run)
             tg.start_soon(self._reconcile_loop)
             task_status.started()
 
@@ -134,7 +137,8 @@ class DraStage(Prepare):
 
     def describe(self) -> dict[str, Any]:
         """For the agent's /plugins: registered drivers and prepared claims."""
-        return {**self.watcher.describe(),
+        return {"drivers": [{"name": d.name, "endpoint": d.endpoint, "service": d.service, "socket": d.socket,
+                             "registeredAt": d.registered_at} for d in self.drivers.all()],
                 "claims": [{"claim": e.key, "uid": e.uid, "pods": sorted(e.pod_uids), "drivers": sorted(e.drivers),
                             "prepared": e.prepared} for e in self.cache.entries.values()]}
 

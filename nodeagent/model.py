@@ -8,12 +8,34 @@ API (camelCase on the wire, snake_case in Python).
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
-Quantity = str | int | float
+from nodeagent import quantity as _quantity
+
+
+def _valid_quantity(value: Any) -> Any:
+    # Checked here, once: status, admission and the runtime parse quantities wherever they need
+    # them and must not meet one that does not parse.
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError("a quantity must be a string or a number")  # noqa: TRY004 - pydantic wants a ValueError
+    try:
+        _quantity.parse(value)
+    except ValueError:
+        raise ValueError("not a valid quantity") from None  # the value is not repeated: it may be anything
+    return value
+
+
+Quantity = Annotated[str | int | float, BeforeValidator(_valid_quantity)]
 
 
 class _ApiModel(BaseModel):

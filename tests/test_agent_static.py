@@ -136,16 +136,20 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
         (env.manifests / "broken.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x\n")
         (env.manifests / "deploy.yaml").write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n")
         (env.manifests / "nocontainers.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: n}\nspec: {}\n")
-        # volumeDevices (raw block volumes): parsed, not acted upon.
-        env.write("good.yaml", pod_manifest("good", container={"volumeDevices": [{"name": "v", "devicePath": "/dev/xvda"}]}))
+        # volumeDevices (raw block volumes) of a claim: parsed, not acted upon. (The device must
+        # name a volume of the pod, a claim: the API server's validation, which static pods get.)
+        env.write("good.yaml", pod_manifest("good", container={"volumeDevices": [{"name": "v", "devicePath": "/dev/xvda"}]},
+                                            volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]))
         await env.wait_running("good")
         counters = env.agent.metrics.counters
         await wait_for(lambda: _at_least(counters, "ManifestRejected", 3), what="three ManifestRejected facts")
         chain = env.agent.trace.chain(f"default/good-{env.node}")
         unhonoured = [e for e in chain if e["kind"] == "UnhonouredFieldsFound"]
-        assert unhonoured and unhonoured[0]["fields"] == ["spec.containers[0].volumeDevices"]
+        assert unhonoured and unhonoured[0]["fields"] == ["spec.containers[0].volumeDevices",
+                                                          "spec.volumes[0].persistentVolumeClaim"]
         conditions = {c["type"]: c for c in env.status_of("good")["conditions"]}
-        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.containers[0].volumeDevices")
+        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith(
+            "spec.containers[0].volumeDevices, spec.volumes[0].persistentVolumeClaim")
 
         # A good manifest turning bad keeps its last valid pod running.
         uid = env.uid_of("good")
@@ -333,3 +337,97 @@ async def test_each_pods_status_is_a_json_file_under_the_root_dir(containerd: An
 
 async def _file_missing(path: Path) -> bool:
     return not path.exists()
+
+
+KUBECTL_COPY = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  creationTimestamp: 2024-05-01T10:00:00Z
+  labels: {app: copied}
+  name: copied
+  namespace: default
+  resourceVersion: "123456"
+  uid: 0b5d7c3e-1111-4222-8333-944455556666
+  managedFields:
+  - {manager: kubectl-run, operation: Update, time: 2024-05-01T10:00:00Z, fieldsType: FieldsV1, fieldsV1: {}}
+spec:
+  containers:
+  - command: [sh, -c, "trap 'exit 0' TERM; sleep 3600 & wait"]
+    image: IMAGE
+    imagePullPolicy: IfNotPresent
+    name: main
+  nodeName: some-other-node
+  terminationGracePeriodSeconds: 2
+status:
+  conditions:
+  - {lastProbeTime: null, lastTransitionTime: 2024-05-01T10:00:00Z, status: "True", type: Ready}
+  containerStatuses:
+  - {name: main, ready: true, restartCount: 4, state: {running: {startedAt: 2024-05-01T10:00:01Z}}}
+  phase: Running
+  startTime: 2024-05-01T10:00:00Z
+"""
+SECRET = "hunter2-not-for-logs"
+_LAUGHS = "\n".join(["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"] + [
+    f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 10)])
+
+
+def _hostile(name: str, **spec: Any) -> str:
+    import json
+
+    return json.dumps(pod_manifest(name, **spec))
+
+
+HOSTILE = {
+    "laughs.yaml": _LAUGHS,
+    "deep.yaml": "[" * 200_000,
+    "python.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: !!python/object/apply:os.system [touch /tmp/x]\n",
+    "binary.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: b, labels: {x: !!binary aGVsbG8=}}\nspec: {}\n",
+    "set.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: s}\nspec: !!set {a, b}\n",
+    "timestamp.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: t}\nspec: {activeDeadlineSeconds: 2024-01-01}\n",
+    "keys.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: k, labels: {1: a}}\nspec: {}\n",
+    "long.yaml": _hostile("x" * 300),
+    "quantity.yaml": _hostile("q", container={"resources": {"limits": {"cpu": "lots"}}}),
+    "port.yaml": _hostile("port", container={"ports": [{"containerPort": 70000}]}),
+    "secret.yaml": f"apiVersion: v1\nkind: Pod\nmetadata: {{name: sec}}\nspec:\n  containers: [{{name: a, env: "
+                   f"[{{name: X, value: {SECRET}\n",
+}
+
+
+async def test_hostile_manifests_are_rejected_and_a_kubectl_copy_runs(containerd: Any, tmp_path: Path) -> None:
+    """At 1b354e0 each of these stopped the agent (and left its pods running unmanaged)."""
+    from tests.manifest_fuzz import watching_logs
+
+    with watching_logs() as watch:
+        async with running_agent(containerd, tmp_path) as env:
+            env.write("good.yaml", pod_manifest("good"))
+            good = await env.wait_running("good")
+            for name, text in HOSTILE.items():
+                (env.manifests / name).write_text(text)
+            from tests.agent_helpers import BUSYBOX_IMAGE
+
+            (env.manifests / "copy.yaml").write_text(KUBECTL_COPY.replace("IMAGE", BUSYBOX_IMAGE))
+            copied = await env.wait_running("copied")
+            await wait_for(lambda: _all_rejected(watch, env.manifests, HOSTILE), what="every hostile file rejected")
+            reasons = {Path(p).name: r[0] for p, r in watch.rejected.items()}
+            assert reasons == {
+                "laughs.yaml": "ManifestTooLarge", "deep.yaml": "ManifestTooLarge", "python.yaml": "ManifestInvalid",
+                "binary.yaml": "ManifestInvalid", "set.yaml": "ManifestInvalid", "timestamp.yaml": "ManifestInvalid",
+                "keys.yaml": "ManifestInvalid", "long.yaml": "ManifestInvalid", "quantity.yaml": "ManifestInvalid",
+                "port.yaml": "ManifestInvalid", "secret.yaml": "ManifestMalformed"}
+            messages = {Path(p).name: m[0] for p, m in watch.messages.items()}
+            assert messages["port.yaml"].endswith("spec.containers[0].ports[0].containerPort: Invalid value: 70000: "
+                                                  "must be between 1 and 65535, inclusive")
+            assert messages["timestamp.yaml"].endswith('spec.activeDeadlineSeconds: Invalid value: "string": must be '
+                                                       "of type integer")
+            assert SECRET not in repr(watch.messages) and not watch.leaked and not watch.problems
+            # The copy runs as a static pod of this node; its status, UID and resourceVersion are not its own.
+            assert env.uid_of("copied") != "0b5d7c3e-1111-4222-8333-944455556666"
+            status = await wait_for(lambda: _phase(env, "copied", "Running"), what="copy Running")
+            assert status["containerStatuses"][0]["restartCount"] == 0
+            assert copied.labels[L.POD_NAME] == f"copied-{env.node}"
+            assert [c.id for c in await env.running_containers("good")] == [good.id]
+
+
+async def _all_rejected(watch: Any, directory: Path, files: dict[str, str]) -> bool:
+    return all(str(directory / name) in watch.rejected for name in files)

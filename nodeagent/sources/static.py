@@ -55,13 +55,14 @@ class StaticPodSource:
     _files: dict[Path, _FileState] = field(default_factory=dict)
     _wanted: dict[str, dict[str, Any]] = field(default_factory=dict)
     _list_failing: bool = False  # the directory could not be listed last time (reported once)
+    _reconcile_pending: bool = False
 
     def wanted(self) -> set[str]:
         return set(self._wanted)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Scan, publish the initial set, report started, then keep watching."""
-        await self.scan(force=True)
+        await self._scan_guarded(force=True)
         task_status.started()
         last_full = time.monotonic()
         while True:
@@ -69,7 +70,15 @@ class StaticPodSource:
             force = time.monotonic() - last_full >= self.full_rescan_seconds
             if force:
                 last_full = time.monotonic()
+            await self._scan_guarded(force=force)
+
+    async def _scan_guarded(self, force: bool) -> None:
+        # A bug of ours in one scan must not end the source (and with it the agent): the pods
+        # already wanted stay wanted, and the next poll tries again.
+        try:
             await self.scan(force=force)
+        except Exception:
+            log.exception("static pod scan failed; keeping the pods and retrying", path=str(self.directory))
 
     async def scan(self, force: bool = False) -> None:
         try:
@@ -98,8 +107,10 @@ class StaticPodSource:
                 continue  # a forced rescan only matters for files whose stat we could not trust
             changed = True
             await self._load(path, signature, state)
-        if changed:
+        if changed or self._reconcile_pending:
+            self._reconcile_pending = True  # until it completes (a failed one is tried again)
             await self._reconcile()
+            self._reconcile_pending = False
 
     def _list(self) -> dict[Path, tuple[int, int, int]]:
         out: dict[Path, tuple[int, int, int]] = {}

@@ -205,6 +205,42 @@ def test_a_manifest_removed_between_listing_and_stat_is_not_listed(tmp_path: Pat
     assert [p.name for p in source._list()] == ["kept.yaml"]
 
 
+async def test_a_failing_scan_is_retried_and_does_not_end_the_source(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from nodeagent import events as ev
+    from nodeagent.sources import static
+
+    published: list[ev.Event] = []
+
+    async def publish(event: ev.Event) -> None:
+        published.append(event)
+
+    source = static.StaticPodSource(tmp_path, "node1", publish, poll_seconds=0.01)
+    real = source._reconcile
+    calls = 0
+
+    async def fails_once() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise KeyError("a bug of ours")
+        await real()
+
+    monkeypatch.setattr(source, "_reconcile", fails_once)
+    (tmp_path / "a.yaml").write_text(json.dumps(pod_manifest("a")))
+    async with anyio.create_task_group() as tg:
+        await tg.start(source.run)  # the first scan's reconcile raises: logged, the source goes on
+        await wait_for(lambda: _published(published), 5, "the pod published by a later scan")
+        tg.cancel_scope.cancel()
+    assert calls >= 2
+
+
+async def _published(events: list[Any]) -> bool:
+    return any(getattr(e, "kind", "") == "PodSpecObserved" for e in events)
+
+
 async def test_admission_rejects_with_kubelet_reason(containerd: Any, tmp_path: Path) -> None:
     async with running_agent(containerd, tmp_path, max_pods=2) as env:
         env.write("big.yaml", pod_manifest("big", container={"resources": {"requests": {"cpu": "100"}}}))

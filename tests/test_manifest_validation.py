@@ -356,3 +356,35 @@ def test_a_kubectl_copy_is_a_static_pod() -> None:
     [p], _ = parse_documents(Path("/m/web.yaml"), json.dumps(pod(metadata={"name": "web", "uid": "my-uid-1"})),
                              NODE, 0.0)
     assert p["metadata"]["uid"] == "my-uid-1"
+
+
+# --- the model and quantities: the last line of defence (any source) ------------------------------
+
+
+def test_quantities_that_cannot_be_bounded_are_refused() -> None:
+    from nodeagent import quantity
+
+    begin = time.process_time()
+    for text in ("1e999999999", "9" * 40, "1e31"):
+        with pytest.raises(ValueError):
+            quantity.parse(text)  # before: decimal.Overflow, or a billion-digit integer in milli_cpu
+    assert time.process_time() - begin < 1
+    assert quantity.milli_cpu("1e3") == 1_000_000 and quantity.bytes_("1Ei") == 2**60
+
+
+def test_the_model_refuses_what_the_stages_cannot_read() -> None:
+    from pydantic import ValidationError
+
+    base = {"metadata": {"name": "a"}, "spec": {"containers": [{"name": "a", "image": "b"}]}}
+
+    def with_spec(**spec: Any) -> dict[str, Any]:
+        return {**base, "spec": {**base["spec"], **spec}}
+
+    bad_limit = with_spec(containers=[{"name": "a", "image": "b", "resources": {"limits": {"cpu": "OnFailure"}}}])
+    with pytest.raises(ValidationError, match="not a valid quantity"):
+        Pod.model_validate(bad_limit)  # before: the status writer's qosClass raised, and the agent stopped
+    bad_affinity = with_spec(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [True]}}})
+    with pytest.raises(ValidationError, match="not a valid node affinity"):
+        Pod.model_validate(bad_affinity)  # before: admission raised AttributeError
+    Pod.model_validate(with_spec(affinity={"podAntiAffinity": {"anything": 1}, "nodeAffinity": None}))

@@ -20,6 +20,8 @@ class Trace:
     def __init__(self, file: Path | None = None) -> None:
         self._pods: dict[str, deque[Event]] = {}
         self._names: dict[str, str] = {}
+        self._keys: dict[str, set[str]] = {}
+        """The names each pod put in ``_names`` (dropped with the pod)."""
         self._file = file
 
     async def run(self, inbox: Inbox) -> None:
@@ -42,10 +44,20 @@ class Trace:
         if uid not in self._pods and len(self._pods) >= PODS:
             oldest = next(iter(self._pods))
             del self._pods[oldest]
+            # Its names go with it (the names of thousands of pods come and gone, fuzzing showed,
+            # are memory that only grows).
+            for key in self._keys.pop(oldest, ()):
+                if self._names.get(key) == oldest:
+                    del self._names[key]
         self._pods.setdefault(uid, deque(maxlen=PER_POD)).append(event)
         if event.pod.name:
-            self._names[f"{event.pod.namespace}/{event.pod.name}"] = uid
-            self._names.setdefault(event.pod.name, uid)
+            full = f"{event.pod.namespace}/{event.pod.name}"
+            if self._names.get(full) != uid:
+                self._names[full] = uid
+                self._keys.setdefault(uid, set()).add(full)
+            if event.pod.name not in self._names:
+                self._names[event.pod.name] = uid
+                self._keys.setdefault(uid, set()).add(event.pod.name)
 
     def resolve(self, key: str) -> str | None:
         if key in self._pods:

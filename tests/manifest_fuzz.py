@@ -459,6 +459,8 @@ class Fuzzer:
         self.stats.rounds += 1
         try:
             await wait_for(lambda: self._all_settled(files), self.settle_timeout, "every file reported or settled")
+            # Each rejection the source logged went out on the bus as a ManifestRejected fact.
+            await wait_for(lambda: self._facts_match(), 10, "a ManifestRejected fact for every rejection")
         finally:
             self._check_invariants(files)
         for path in files:
@@ -466,6 +468,10 @@ class Fuzzer:
         # The agent tears the round's pods down while the next round is written; only wait for
         # the previous round's workers, so at most two rounds' pods exist at once.
         await wait_for(lambda: self._few_workers(len(batch) * 3), 120, "the previous rounds' pods torn down")
+
+    async def _facts_match(self) -> bool:
+        logged = sum(len(r) for r in self.watch.rejected.values())
+        return self.env.agent.metrics.counters.get("ManifestRejected", 0) == logged
 
     async def _few_workers(self, limit: int) -> bool:
         return len(self.env.agent.dispatcher.workers) <= limit + 1  # + the good pod

@@ -467,3 +467,18 @@ async def test_hostile_manifests_are_rejected_and_a_kubectl_copy_runs(containerd
 
 async def _all_rejected(watch: Any, directory: Path, files: dict[str, str]) -> bool:
     return all(str(directory / name) in watch.rejected for name in files)
+
+
+async def test_the_largest_grace_period_is_honoured_without_overflow(containerd: Any, tmp_path: Path) -> None:
+    """terminationGracePeriodSeconds 2^63-1 is a valid int64; it used to overflow the
+    StopContainer request (ValueError in the stop phase: the container was never stopped by it)."""
+    from tests.manifest_fuzz import SLEEP, watching_logs
+
+    with watching_logs() as watch:
+        async with running_agent(containerd, tmp_path) as env:
+            env.write("forever.yaml", pod_manifest("forever", SLEEP, terminationGracePeriodSeconds=2**63 - 1,
+                                                   container={"lifecycle": {"preStop": {"sleep": {"seconds": 0}}}}))
+            await env.wait_running("forever")
+            env.remove("forever.yaml")
+            await env.wait_empty(30)  # the container traps SIGTERM and exits at once
+    assert not watch.problems, watch.problems

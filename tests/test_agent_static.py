@@ -482,3 +482,55 @@ async def test_the_largest_grace_period_is_honoured_without_overflow(containerd:
             env.remove("forever.yaml")
             await env.wait_empty(30)  # the container traps SIGTERM and exits at once
     assert not watch.problems, watch.problems
+
+
+async def test_no_start_is_in_flight_when_the_teardown_lists_the_pod(containerd: Any, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A StartContainer cut off on our side by a kill still completes in containerd. If the stop
+    phase lists the pod's containers meanwhile, it sees this one merely created and does not
+    stop it; containerd's StopPodSandbox skips a starting container too, and the container runs
+    on past the teardown (found by the manifest fuzzer: cleanup's RemoveContainer failed with
+    "cannot delete running task"). So a start, once asked for, is waited for: when the teardown
+    lists the pod, no start of ours is unanswered. Here the runtime takes a second to answer."""
+    from cri import CriError, RuntimeClient
+    from cri import types as ct
+    from tests.manifest_fuzz import SLEEP
+
+    real_start, real_list = RuntimeClient.start_container, RuntimeClient.list_containers
+    in_flight: list[str] = []
+    seen_in_flight: list[list[str]] = []
+    asked, killed = anyio.Event(), anyio.Event()
+
+    async with anyio.create_task_group() as runtime_side:
+        async def slow_start(self: RuntimeClient, container_id: str) -> None:
+            done = anyio.Event()
+
+            async def runtime() -> None:  # the runtime's side: not cancelled by our caller
+                in_flight.append(container_id)
+                try:
+                    await anyio.sleep(1)
+                    await real_start(self, container_id)
+                except (CriError, RuntimeError):  # the sandbox, or the agent's client, is gone by now
+                    pass
+                finally:
+                    in_flight.remove(container_id)
+                    done.set()
+
+            runtime_side.start_soon(runtime)
+            asked.set()
+            await done.wait()
+
+        async def listing(self: RuntimeClient, filter: ct.ContainerFilter | None = None) -> list[Any]:
+            if killed.is_set() and filter is not None and L.POD_UID in (filter.label_selector or {}):
+                seen_in_flight.append(list(in_flight))
+            return await real_list(self, filter)
+
+        monkeypatch.setattr(RuntimeClient, "start_container", slow_start)
+        monkeypatch.setattr(RuntimeClient, "list_containers", listing)
+        async with running_agent(containerd, tmp_path) as env:
+            env.write("late.yaml", pod_manifest("late", SLEEP))
+            await asked.wait()
+            killed.set()
+            env.remove("late.yaml")  # the kill arrives while the start is in flight
+            await env.wait_empty(30)
+    assert seen_in_flight and all(not ids for ids in seen_in_flight), seen_in_flight

@@ -69,6 +69,7 @@ def report(stats: Stats, seed: int, files_per_round: int, seconds: float, load_b
         f"- duration: {seconds / 60:.1f} min ({seconds / max(stats.cases, 1) * 1000:.0f} ms per case)",
         f"- peak RSS of the process (agent, fuzzer, hypothesis): {stats.peak_rss_mib():.0f} MiB",
         "- RSS by cases done: " + ", ".join(f"{n}: {mib:.0f} MiB" for n, mib in _thin(stats.rss_samples)),
+        "- what the agent holds at the end: " + ", ".join(f"{k} {v}" for k, v in stats.held.items()),
         f"- machine: {os.cpu_count()} cores, load before {load_before}, after {_load()}; containerd from devenv",
         "",
     ]

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import resource
 import time
 import traceback
 import zlib
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -414,6 +415,8 @@ class Stats:
     rss_samples: list[tuple[int, float]] = field(default_factory=list)
     """(cases so far, resident MiB of this process, agent included)."""
     problems: int = 0
+    failure: str = ""
+    held: dict[str, int] = field(default_factory=dict)
 
     def peak_rss_mib(self) -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -427,6 +430,8 @@ class Fuzzer:
         self.settle_timeout = settle_timeout
         self.good_id = ""
         self.counter = 0
+        self.recent: deque[tuple[str, Case]] = deque(maxlen=64)
+        """The last cases by pod name: a problem may show while an earlier round's pod tears down."""
 
     async def start(self) -> None:
         self.env.write("good.yaml", pod_manifest("good", SLEEP, terminationGracePeriodSeconds=1))
@@ -444,6 +449,7 @@ class Fuzzer:
             self.counter += 1
             filename = f"c{self.counter:05d}.yaml"
             text = case.text(f"fz{self.counter}")
+            self.recent.append((f"fz{self.counter}", case))
             path = env.manifests / filename
             try:
                 pods, _ = parse_documents(path, text, env.node, 0.0)
@@ -512,8 +518,12 @@ class Fuzzer:
         return "accepted:" + ",".join(outcomes)
 
     def _check_invariants(self, files: dict[str, tuple[Case, list[str] | None]]) -> None:
-        assert not self.watch.problems, "exceptions in the agent:\n" + "\n".join(self.watch.problems[:5]) + \
-            "\ncases:\n" + "\n".join(f"{p}: {c.steps}" for p, (c, _) in files.items())
+        if self.watch.problems:
+            text = "\n".join(self.watch.problems[:5])
+            named = [f"{name}: {case.steps}\n{case.text(name)[:3000]}" for name, case in self.recent
+                     if re.search(rf"\b{name}-", text)]
+            raise AssertionError("exceptions in the agent:\n" + text + "\nthe cases they name:\n" + "\n".join(named)
+                                 + "\nthis round's cases:\n" + "\n".join(f"{p}: {c.steps}" for p, (c, _) in files.items()))
         assert not self.watch.leaked, f"a log line quotes the secret: {self.watch.leaked[:3]}"
         for path, (case, expected) in files.items():
             outcome = self._outcome(path, expected)
@@ -558,11 +568,31 @@ def fuzz(containerd: Any, base: Path, *, rounds: int, files_per_round: int, seed
             if after_round is not None:
                 after_round(stats)
 
-        one_round()
-        portal.call(settle_all, env)
-        portal.call(fuzzer.check_good)
+        try:
+            one_round()
+            portal.call(settle_all, env)
+            portal.call(fuzzer.check_good)
+        except BaseException:
+            # Shown now: the agent's cleanup on the way out may fail too and hide this one.
+            traceback.print_exc()
+            stats.failure = traceback.format_exc(limit=3)
+            raise
+        finally:
+            stats.problems = len(watch.problems)
         stats.rss_samples.append((stats.cases, current_rss_mib()))
-        stats.problems = len(watch.problems)
+        stats.held = held(env)
+
+
+def held(env: AgentEnv) -> dict[str, int]:
+    """What the agent still holds after the fuzzing (each is bounded or emptied on teardown)."""
+    agent = env.agent
+    return {
+        "trace pods (a ring of 2000)": len(agent.trace._pods),
+        "trace events": sum(len(d) for d in agent.trace._pods.values()),
+        "trace names": len(agent.trace._names),
+        "status records": len(agent.status.all()),
+        "workers": len(agent.dispatcher.workers) if agent.dispatcher else 0,
+    }
 
 
 def current_rss_mib() -> float:

@@ -179,9 +179,9 @@ def test_names_with_the_node_suffix() -> None:
 def test_containers() -> None:
     doc = pod(initContainers=[{"name": "main", "image": "b"}], container={"name": "Main_1"})
     assert errors_of(doc) == [
-        'spec.containers[0].name: Invalid value: "Main_1": a lowercase RFC 1123 label must consist of lower case '
+        ('spec.containers[0].name: Invalid value: "Main_1": a lowercase RFC 1123 label must consist of lower case '
         "alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or "
-        "'123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"]
+        "'123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")]
     doc = pod(initContainers=[{"name": "main", "image": "b"}])
     assert errors_of(doc) == ['spec.initContainers[0].name: Duplicate value: "main"']
     doc["spec"]["containers"].append({"name": "main", "image": "c"})
@@ -198,15 +198,15 @@ def test_resources() -> None:
     assert errors_of(pod(container={"resources": limits})) == [
         'spec.containers[0].resources.requests: Invalid value: "2": must be less than or equal to cpu limit of 1']
     assert errors_of(pod(container={"resources": {"limits": {"cpu": "lots"}}})) == [
-        "spec.containers[0].resources.limits[cpu]: Invalid value: quantities must match the regular expression "
-        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"]
+        ("spec.containers[0].resources.limits[cpu]: Invalid value: quantities must match the regular expression "
+        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")]
     assert errors_of(pod(container={"resources": {"limits": {"memory": "-1"}}})) == [
         'spec.containers[0].resources.limits[memory]: Invalid value: "-1": must be greater than or equal to 0']
     assert errors_of(pod(container={"resources": {"requests": {"example.com/gpu": "1"}}})) == [
         "spec.containers[0].resources.limits: Required value: Limit must be set for non overcommitable resources"]
     assert errors_of(pod(container={"resources": {"limits": {"gpu": "1"}}})) == [
-        'spec.containers[0].resources.limits[gpu]: Invalid value: "gpu": must be a standard resource type or fully '
-        "qualified",
+        ('spec.containers[0].resources.limits[gpu]: Invalid value: "gpu": must be a standard resource type or fully '
+        "qualified"),
         'spec.containers[0].resources.limits[gpu]: Invalid value: "gpu": must be a standard resource for containers']
     assert errors_of(pod(container={"resources": {"limits": {"cpu": "1e999999999"}}}))  # not a billion digits
 
@@ -224,8 +224,8 @@ def test_ports_probes_lifecycle_grace() -> None:
     assert errors_of(pod(container={"readinessProbe": {"tcpSocket": {"port": "no_such"}}}))[0].startswith(
         'spec.containers[0].readinessProbe.tcpSocket.port: Invalid value: "no_such": ')
     assert errors_of(pod(terminationGracePeriodSeconds=5, container={"lifecycle": {"preStop": {"sleep": {
-        "seconds": 10}}}})) == ["spec.containers[0].lifecycle.preStop.sleep: Invalid value: 10: must be non-negative "
-                                "and less than terminationGracePeriodSeconds (5)"]
+        "seconds": 10}}}})) == [("spec.containers[0].lifecycle.preStop.sleep: Invalid value: 10: must be non-negative "
+                                "and less than terminationGracePeriodSeconds (5)")]
     assert errors_of(pod(restartPolicy="Sometimes")) == [
         'spec.restartPolicy: Unsupported value: "Sometimes": supported values: "Always", "OnFailure", "Never"']
 
@@ -237,9 +237,9 @@ def test_volumes_and_mounts() -> None:
                                                                           "subPath": "../../etc"}]})
     assert errors_of(doc) == [
         'spec.volumes[1].name: Duplicate value: "a"',
-        'spec.volumes[2].name: Invalid value: "B": a lowercase RFC 1123 label must consist of lower case alphanumeric '
+        ('spec.volumes[2].name: Invalid value: "B": a lowercase RFC 1123 label must consist of lower case alphanumeric '
         "characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
-        "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+        "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"),
         "spec.volumes[3]: Required value: must specify a volume type",
         "spec.volumes[4].hostPath: Forbidden: may not specify more than 1 volume type",
         'spec.containers[0].volumeMounts[0].name: Not found: "nope"',
@@ -249,8 +249,8 @@ def test_volumes_and_mounts() -> None:
         "spec.volumes[0].hostPath.path: Invalid value: \"/a/../../etc\": must not contain '..'"]
     item = {"path": "../x", "fieldRef": {"fieldPath": "metadata.labels"}}
     assert errors_of(pod(volumes=[{"name": "d", "downwardAPI": {"items": [item], "defaultMode": 0o1000}}])) == [
-        "spec.volumes[0].downwardAPI.defaultMode: Invalid value: 512: must be a number between 0 and 0777 (octal), "
-        "both inclusive",
+        ("spec.volumes[0].downwardAPI.defaultMode: Invalid value: 512: must be a number between 0 and 0777 (octal), "
+        "both inclusive"),
         "spec.volumes[0].downwardAPI.items[0].path: Invalid value: \"../x\": must not contain '..'",
         "spec.volumes[0].downwardAPI.items[0].path: Invalid value: \"../x\": must not start with '..'"]
 
@@ -260,12 +260,12 @@ def test_env_labels_annotations() -> None:
               container={"env": [{"name": "A=B", "value": SECRET}, {"name": "", "value": SECRET}]})
     errors = errors_of(doc)
     assert errors == [
-        'metadata.labels: Invalid value: "a b": name part must consist of alphanumeric characters, \'-\', \'_\' or '
+        ('metadata.labels: Invalid value: "a b": name part must consist of alphanumeric characters, \'-\', \'_\' or '
         "'.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', "
-        "regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+        "regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"),
         "metadata.annotations: Too long: may not be more than 262144 bytes",
-        'spec.containers[0].env[0].name: Invalid value: "A=B": a valid environment variable name must consist only '
-        "of printable ASCII characters other than '='",
+        ('spec.containers[0].env[0].name: Invalid value: "A=B": a valid environment variable name must consist only '
+        "of printable ASCII characters other than '='"),
         "spec.containers[0].env[1].name: Required value"]
     assert not any(SECRET in e for e in errors)
 
@@ -388,3 +388,13 @@ def test_the_model_refuses_what_the_stages_cannot_read() -> None:
     with pytest.raises(ValidationError, match="not a valid node affinity"):
         Pod.model_validate(bad_affinity)  # before: admission raised AttributeError
     Pod.model_validate(with_spec(affinity={"podAntiAffinity": {"anything": 1}, "nodeAffinity": None}))
+
+
+def test_empty_namespace_and_uid_are_defaulted_as_the_kubelet_does() -> None:
+    [p], _ = parse_documents(Path("/m/a.yaml"), json.dumps(pod(metadata={"name": "a", "namespace": "", "uid": ""})),
+                             NODE, 0.0)
+    assert p["metadata"]["namespace"] == "default" and len(p["metadata"]["uid"]) == 32
+    assert errors_of(pod(metadata={"name": "a", "namespace": 0, "uid": 0})) == [
+        'metadata.namespace: Invalid value: "integer": must be of type string',
+        "metadata.namespace: Required value",
+        'metadata.uid: Invalid value: "integer": must be of type string']

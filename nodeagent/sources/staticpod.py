@@ -96,11 +96,14 @@ def static_pod(doc: Document, path: Path, node_name: str, seen_at: float) -> dic
             metadata.pop(key, None)
         if copied:
             metadata.pop("uid", None)
-        uid = metadata.get("uid") or static_pod_uid(original, node_name, path)
+        uid = metadata.get("uid")
+        if uid in (None, ""):  # (a UID of the wrong type stays, for validation to name)
+            uid = static_pod_uid(original, node_name, path)
         name = metadata.get("name")
         if isinstance(name, str) and name:
             metadata["name"] = f"{name}-{node_name.lower()}"
-        metadata.setdefault("namespace", "default")
+        if metadata.get("namespace") in (None, ""):
+            metadata["namespace"] = "default"
         metadata["uid"] = uid
         annotations = metadata.setdefault("annotations", {})
         if isinstance(annotations, dict):
@@ -156,8 +159,8 @@ def _claim(doc: Document, source: str, node_name: str, path: Path) -> ResourceCl
     value: dict[str, Any] = prune_nulls(doc.value)
     errs: ErrorList = []
     metadata = value.get("metadata")
-    if isinstance(metadata, dict):
-        metadata.setdefault("namespace", "default")
+    if isinstance(metadata, dict) and metadata.get("namespace") in (None, ""):
+        metadata["namespace"] = "default"
     meta = Obj.of(metadata, vf.ROOT.child("metadata"), errs) or Obj({}, vf.ROOT.child("metadata"), errs)
     validate_object_meta(meta)
     if errs:

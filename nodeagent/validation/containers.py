@@ -358,8 +358,7 @@ def lifecycle(c: Obj, grace: int | None) -> None:
         h = lc.obj(hook)
         if h is not None:
             _handler(h, ("exec", "httpGet", "tcpSocket", "sleep"), grace)
-    stop_signal = lc.opt_str("stopSignal")
-    del stop_signal
+    lc.opt_str("stopSignal")
 
 
 def probes_and_hooks(c: Obj, grace: int | None) -> None:

@@ -117,11 +117,14 @@ def main(argv: list[str] | None = None) -> int:
         outcome = f"FAILED after {stats.cases} cases: {str(exc).splitlines()[0][:300]}"
         stats.problems = max(stats.problems, 1)
         raise
+    except BaseException as exc:
+        outcome = f"not completed ({type(exc).__name__} after {stats.cases} cases)"
+        raise
     finally:
         containerd.stop()
         text = report(stats, seed, args.files_per_round, time.monotonic() - began, load_before, outcome)
         print(text)
-        if not args.no_report:
+        if not args.no_report and not outcome.startswith("not completed"):
             args.report.write_text(text)
         if outcome == "passed":
             shutil.rmtree(workdir, ignore_errors=True)

@@ -49,6 +49,9 @@ class StatusSink(Protocol):
     async def forget(self, ref: PodRef) -> None: ...
 
 
+MAX_FILE_NAME = 255  # bytes, on ext4 and most Linux file systems
+
+
 class FileSink:
     """Standalone mode: one JSON file per pod under ``<rootDir>/pod-status`` (written atomically),
     so status survives the agent and can be read by tools."""
@@ -58,7 +61,13 @@ class FileSink:
         directory.mkdir(parents=True, exist_ok=True)
 
     def path(self, ref: PodRef) -> Path:
-        return self.directory / f"{ref.namespace}_{ref.name}_{ref.uid}.json"
+        name = f"{ref.namespace}_{ref.name}_{ref.uid}.json"
+        if len(name.encode()) > MAX_FILE_NAME:
+            # Valid names can make it longer than a file name may be (63 + 253 + a UID): the
+            # pod's name is cut, the UID (which makes it unique) kept.
+            keep = MAX_FILE_NAME - len(f"{ref.namespace}__{ref.uid}.json".encode())
+            name = f"{ref.namespace}_{ref.name[:max(keep, 0)]}_{ref.uid}.json"
+        return self.directory / name
 
     async def write(self, ref: PodRef, status: Mapping[str, Any]) -> None:
         # One line (``jq .`` shows it indented): with ``indent`` json falls back from its C

@@ -171,6 +171,9 @@ _PLAUSIBLE_STRINGS = [
     "kernel.shm_rmid_forced", "net.ipv4.ping_group_range", "0 2147483647", "10.0.0.1", "::1", BUSYBOX_IMAGE,
     "Unmasked", "RestartContainer", "NotRequired", "cpu", "memory", "example.com/gpu", "hugepages-2Mi", "2Mi",
     "OnRootMismatch", "Strict", "Restart", "RestartAllContainers", "$(POD)", "$$(POD)", "sub/dir", "group-a",
+    # The longest valid names: a label (container, volume, namespace) and, with the node suffix,
+    # a pod name (file names built from them can exceed what a file system allows).
+    "l" * 63, "n" * 240, "d" * 60 + "." + "e" * 60 + "." + "f" * 60,
 ]
 _PLAUSIBLE_INTS = [0, 1, 2, 3, 5, 10, 30, 60, 80, 443, 1000, 3600, 8080, 65535, 0o644, 0o400]
 # Fields that make sense in some object of a pod: added anywhere, they are either honoured where

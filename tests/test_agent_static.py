@@ -534,3 +534,35 @@ async def test_no_start_is_in_flight_when_the_teardown_lists_the_pod(containerd:
             env.remove("late.yaml")  # the kill arrives while the start is in flight
             await env.wait_empty(30)
     assert seen_in_flight and all(not ids for ids in seen_in_flight), seen_in_flight
+
+
+async def test_the_longest_valid_names_neither_stop_the_agent_nor_loop_on_exceptions(containerd: Any,
+                                                                                    tmp_path: Path) -> None:
+    """A 253-character pod name in a 63-character namespace is valid, yet "<ns>_<name>_<uid>"
+    is longer than a file name may be. The status file used it (ENAMETOOLONG stopped the status
+    writer, and the agent); the pod log directory is the kubelet's and cannot be shortened: the
+    pod stays Pending and retries, as with the kubelet, without an exception."""
+    import json
+
+    from tests.manifest_fuzz import SLEEP, watching_logs
+
+    with watching_logs() as watch:
+        async with running_agent(containerd, tmp_path) as env:
+            long = pod_manifest("a" * (253 - len(env.node) - 1), SLEEP, container_name="c" * 63)
+            long["metadata"]["namespace"] = "n" * 63
+            env.write("long.yaml", long)
+            env.write("short.yaml", pod_manifest("short"))
+            await env.wait_running("short")
+            uid = next(u for u, (ref, *_rest) in env.agent.status.all().items() if ref.namespace == "n" * 63)
+
+            async def retrying() -> bool:
+                return any(e["kind"] == "PodWaiting" and e["reason"] == "FailedCreatePodSandBox"
+                           for e in env.agent.trace.chain(uid))
+
+            await wait_for(retrying, what="the long-named pod retrying its sandbox")
+            files = [p.name for p in (env.config.root_dir / "pod-status").iterdir()]
+            assert any(n.startswith("n" * 63 + "_aaa") and n.endswith(f"_{uid}.json") and len(n) == 255
+                       for n in files), files
+            status = json.loads(next((env.config.root_dir / "pod-status").glob(f"*_{uid}.json")).read_text())
+            assert status["status"]["phase"] == "Pending"
+    assert not watch.problems, watch.problems

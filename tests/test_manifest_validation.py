@@ -5,6 +5,7 @@ them through the real one)."""
 from __future__ import annotations
 
 import json
+import re
 import resource
 import time
 from pathlib import Path
@@ -124,6 +125,12 @@ def test_json_files_are_json() -> None:
         manifest.load('{"a": "\\ud800"}', "f")
     with pytest.raises(ManifestError, match="nested more than 64"):
         manifest.load('{"a": ' + "[" * 70 + "]" * 70 + "}", "f")
+    # Errors in JSON have their line and column too (the second document starts on line 3).
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+           "spec": {"containers": [{"name": "a", "image": "b", "ports": [{"containerPort": 0}]}]}}
+    with pytest.raises(ManifestError, match=r"^/m/f\.yaml \(document 2\): line 3, column \d+: spec\.containers\[0\]"
+                                            r"\.ports\[0\]\.containerPort: Required value$"):
+        parse_documents(Path("/m/f.yaml"), json.dumps(pod()) + "\n---\n" + json.dumps(bad), NODE, 0.0)
 
 
 # --- the API server's validation -----------------------------------------------------------------
@@ -141,7 +148,9 @@ def errors_of(doc: dict[str, Any]) -> list[str]:
         parse_documents(Path("/m/f.yaml"), json.dumps(doc), NODE, 0.0)
     except ManifestError as exc:
         assert exc.reason == "ManifestInvalid"
-        return [part.split(": ", 1)[1] for part in str(exc).split("; ")]
+        # Each part names the place first (file, then line and column): the field error follows.
+        return [re.sub(r"^/m/f\.yaml(?: \(document \d+\))?(?:: line \d+, column \d+)?: ", "", part)
+                for part in str(exc).split("; ")]
     return []
 
 

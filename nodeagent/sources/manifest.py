@@ -88,10 +88,17 @@ class Document:
     """0-based position of the document in its file."""
     positions: dict[tuple[str | int, ...], Position] = field(default_factory=dict)
     """Where each node starts, by its path in ``value`` (mapping keys and list indexes)."""
+    json_text: str | None = None
+    """A document read as JSON has no positions until one is asked for (errors only): then its
+    text is composed again as YAML, which JSON almost always is, for them."""
+    first_line: int = 1
 
     def position(self, path: tuple[str | int, ...]) -> Position | None:
         """The position of ``path``, else of its nearest ancestor that has one (content that
         came through an alias or a merge has the position of the alias)."""
+        if self.json_text is not None:
+            self.positions = _json_positions(self.json_text, self.first_line)
+            self.json_text = None
         while True:
             found = self.positions.get(path)
             if found is not None or not path:
@@ -182,18 +189,33 @@ _DOCUMENT_SEPARATOR = re.compile(r"^---[ \t]*$", re.MULTILINE)
 def _json_documents(text: str, source: str, limits: Limits) -> list[Document] | None:
     """JSON objects, one per document (``---`` lines between them, as YAML streams have), or
     None when any of them is not plain JSON."""
-    chunks = [c for c in _DOCUMENT_SEPARATOR.split(text) if c.strip()]
+    chunks: list[tuple[str, int]] = []  # (text, its first line in the file)
+    start = 0
+    for separator in [*_DOCUMENT_SEPARATOR.finditer(text), None]:
+        end = separator.start() if separator is not None else len(text)
+        if text[start:end].strip():
+            chunks.append((text[start:end], text.count("\n", 0, start) + 1))
+        start = separator.end() if separator is not None else end
     if len(chunks) > limits.max_documents:
         raise ManifestError("ManifestTooLarge", f"{source}: more than {limits.max_documents} documents")
-    if not all(c.lstrip().startswith("{") for c in chunks):
+    if not all(c.lstrip().startswith("{") for c, _ in chunks):
         return None
     docs = []
-    for i, chunk in enumerate(chunks):
+    for i, (chunk, first_line) in enumerate(chunks):
         value = _json(chunk, describe(source, i, None), limits)
         if value is _NOT_JSON:
             return None
-        docs.append(Document(value=value, index=i))
+        docs.append(Document(value=value, index=i, json_text=chunk, first_line=first_line))
     return docs
+
+
+def _json_positions(text: str, first_line: int) -> dict[tuple[str | int, ...], Position]:
+    try:
+        parser = yaml.SafeLoader if _CParser is None else _CParser
+        [doc] = _Composer("", DEFAULT_LIMITS).documents(parser(text))
+    except (ManifestError, ValueError):
+        return {}  # not YAML after all (a surrogate pair): no positions, the path still says where
+    return {path: (line + first_line - 1, column) for path, (line, column) in doc.positions.items()}
 
 
 class _DuplicateKey(Exception):

@@ -143,7 +143,7 @@ class Syncer:
         if step.resume is not None:
             # Created but never started (the agent died in between): start that instance.
             try:
-                await ctx.runtime.start_container(step.resume.id)
+                await _start_container(ctx, step.resume.id)
             except CriError as exc:
                 await _failed(ctx, name, "RunContainerError", str(exc.details or exc))
                 return 0.0
@@ -260,7 +260,7 @@ class Syncer:
         record_created(ctx, container_id, container)
         await ctx.publish(ContainerCreated(container=name, container_id=container_id, attempt=attempt))
         try:
-            await ctx.runtime.start_container(container_id)
+            await _start_container(ctx, container_id)
         except CriError as exc:
             # The instance is left exited (containerd: StartError, exit 128); the next pass
             # restarts it per the policy, with back-off, as the kubelet does.
@@ -377,3 +377,13 @@ async def _sandbox_ready(ctx: PodContext, sandbox_id: str) -> bool:
     except NotFound:
         return False
     return bool(status.state == t.PodSandboxState.SANDBOX_READY)
+async def _start_container(ctx: PodContext, container_id: str) -> None:
+    """StartContainer, not abandoned half-way: cancelled on our side (a kill cancels the observe
+    loop), the start still completes in containerd, after the stop phase listed the container as
+    merely created — and a container nobody stops runs on past its pod's teardown (the fuzzer
+    found cleanup's RemoveContainer refused: "cannot delete running task"). The call is bounded
+    by the runtime request timeout; the cancellation lands right after it, and the stop phase
+    then sees the container running. (The kubelet never cuts a sync off mid-call either.)"""
+    with anyio.CancelScope(shield=True):
+        await ctx.runtime.start_container(container_id)
+

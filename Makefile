@@ -15,7 +15,7 @@ test: deps
 # project with its test extra and the out-of-tree example stage (pip, only when one of
 # them is not installed), containerd 2.x, the control plane and the upstream e2e binaries
 # (built from the Go module proxy into ~/.cache/nodeagent: minutes cold, a second warm).
-DISTRIBUTIONS = nodeagent pytest grpcio-tools nodeagent-required-label
+DISTRIBUTIONS = nodeagent pytest grpcio-tools prometheus_client nodeagent-required-label nodeagent-node-env
 deps:
 	$(PYTHON) devenv/packages.py
 	@$(PYTHON) -c 'import importlib.metadata as m, sys; [m.distribution(d) for d in sys.argv[1:]]' \
@@ -34,11 +34,13 @@ down:
 status:
 	$(PYTHON) -m devenv status
 
-# The project with its test extra, and the out-of-tree example stage (tests prove it joins
-# a real run without touching nodeagent/).
+# The project with its test extra, and the out-of-tree example stages (tests prove they join
+# a real run without touching nodeagent/): required-label (admission), node-env (docs/PLUGINS.md's
+# walkthrough: container additions).
 install:
 	$(PYTHON) -m pip install -q -e '.[test]'
 	$(PYTHON) -m pip install -q -e examples/required-label
+	$(PYTHON) -m pip install -q -e examples/node-env
 
 # README's main command: a private containerd plus nodeagent running examples/pods.
 demo:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import anyio
 import structlog
 
+from nodeagent.additions import AdditionsAccess, PodAdditions
 from nodeagent.clock import ManualClock
 from nodeagent.config import AgentConfig
 from nodeagent.events import Event, PodRef
@@ -144,6 +145,8 @@ class FakePodContext:
     woken: int = 0
     completed: str | None = None
     failed: tuple[str, str] | None = None
+    pod_additions: PodAdditions = field(default_factory=PodAdditions)
+    """What the stage gave the containers (``merged(container)`` to read them back)."""
     _pod_facts: PodFacts = field(default_factory=PodFacts)
     _spec_changed: anyio.Event = field(default_factory=anyio.Event)
     _runtime_changed: anyio.Event = field(default_factory=anyio.Event)
@@ -155,6 +158,11 @@ class FakePodContext:
     @property
     def facts(self) -> FactAccess:
         return _AnyFacts(self._pod_facts, self.stage, frozenset(), frozenset())
+
+    @property
+    def additions(self) -> AdditionsAccess:
+        """Every container addition may be set and read (declarations are the registry's)."""
+        return AdditionsAccess(self.pod_additions, self.stage, provides=True, uses=True)
 
     # --- what a test does to the pod --------------------------------------------------
 

@@ -201,10 +201,8 @@ class _Handle:
     node: NodeInfo
     config: AgentConfig
     publish_to: Callable[[Event], Awaitable[None]]
-    api: Any = None
-    """The harness runs standalone: no Kubernetes API."""
     objects: FileObjects = field(default_factory=FileObjects)
-    """Standalone: the (empty) manifest-backed object store."""
+    """The harness runs standalone: the (empty) manifest-backed object store."""
 
     @property
     def settings(self) -> NodeConfig:

@@ -67,6 +67,8 @@ _READS = frozenset({
 })
 _RETRY_FIRST_DELAY = 0.05
 _RETRY_MAX_DELAY = 1.0
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_MAX_DEADLINE_SECONDS = 10 * 365 * 24 * 3600  # a deadline the clock can hold ("forever" enough)
 
 # "/runtime.v1.RuntimeService/Version", ... straight from the schema.
 _PATHS = {
@@ -333,9 +335,12 @@ class RuntimeClient:
 
     async def stop_container(self, container_id: str, timeout: int) -> None:
         """Stop signal, then SIGKILL after `timeout` seconds; the deadline is default + timeout."""
+        # A pod may ask for any int64 grace period: 2^63-1 among them, which the float it
+        # travels as through the stop phase rounds up past int64.
+        timeout = max(min(int(timeout), _INT64_MAX), _INT64_MIN)
         request = api.StopContainerRequest(container_id=container_id, timeout=timeout)
         await self._unary("StopContainer", request, api.StopContainerResponse,
-                          timeout=self.timeout + max(timeout, 0))
+                          timeout=self.timeout + min(max(timeout, 0), _MAX_DEADLINE_SECONDS))
 
     async def remove_container(self, container_id: str) -> None:
         await self._unary("RemoveContainer", api.RemoveContainerRequest(container_id=container_id),

@@ -42,9 +42,11 @@ from nodeagent.kubeletserver import enabled as kubelet_server_enabled
 from nodeagent.lifecycle import PodState
 from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.kubeletconfig.support import support_of
+from nodeagent.errors import PluginError
 from nodeagent.metrics import Metrics
 from nodeagent.nodeip import NodeIPError, node_ips
 from nodeagent.objects import ApiObjects, FileObjects, ObjectStore
+from nodeagent.pluginwatcher import PluginHandler, PluginWatcher, polling
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline, load
 from nodeagent.sources.static import StaticPodSource
@@ -119,8 +121,6 @@ class Handle:
     """The ResourceClaims the sources know (read by the dra stage)."""
     objects: ObjectStore
     """API objects (cluster: list and watch with the node's credentials; standalone: manifests)."""
-    api: Any = None
-    """The API client (lightkube AsyncClient) in cluster mode; None when standalone."""
 
     async def publish(self, event: ev.Event) -> None:
         await self.bus.publish(event)
@@ -183,6 +183,8 @@ class Agent:
         self.endpoint_port: int | None = None
         # Built here, not when it starts: a kubelet API the configuration cannot secure
         # (no authenticator, a webhook without an API client) stops the agent before it runs.
+        self.plugin_watcher: PluginWatcher | None = None
+        """The kubelet's plugin watcher, when a stage handles a plugin type (dra: DRAPlugin)."""
         self.kubelet_server: KubeletServer | None = (
             KubeletServer(config, status=self.status, relister=self.relister, runtime=self.runtime,
                           healthz=self.healthz, api=self.api, node=self.node, serving=self.serving)
@@ -198,8 +200,7 @@ class Agent:
             log.error("task failed before the supervisor started", task=task, error=repr(exc))
 
     def load_pipeline(self) -> Pipeline:
-        handle = Handle(self.runtime, self.clock, self.node, self.settings, self.bus, self.claims, self.objects,
-                        api=self.api)
+        handle = Handle(self.runtime, self.clock, self.node, self.settings, self.bus, self.claims, self.objects)
         pipeline, warnings = load(self.config.profile, self.config.plugins, handle)
         for warning in warnings:
             log.warning(warning)
@@ -239,12 +240,18 @@ class Agent:
                 await sup.start(self.relister.run, name="pleg")
                 await sup.start(self.status.run, name="status")
                 for stage in self.pipeline.stages.values():
-                    node_task = getattr(stage, "run", None)  # a stage's node-level task (dra: plugin watcher)
+                    node_task = getattr(stage, "run", None)  # a stage's node-level task (dra: its reconcile loop)
                     if node_task is not None:
                         await sup.start(node_task, name=f"stage:{stage.name}")
+                handlers = self._plugin_handlers()
+                if handlers:
+                    poll, health = polling(handlers)
+                    self.plugin_watcher = PluginWatcher(self.config.agent.plugins_registry_dir, handlers, self.bus.publish,
+                                                        poll_seconds=poll, health_seconds=health)
+                    await sup.start(self.plugin_watcher.run, name="plugin-watcher")
                 services = Services(
                     runtime=self.runtime, clock=self.clock, node=self.node, settings=self.settings,
-                    relister=self.relister, status=self.status, publish=self.bus.publish, api=self.api,
+                    relister=self.relister, status=self.status, publish=self.bus.publish,
                     objects=self.objects,
                     admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,
                     root_dir=self.config.root_dir,
@@ -299,6 +306,18 @@ class Agent:
             listed = "; ".join(f"{path}={json.dumps(value)} ({support_of(path).note})" for path, value in fields.items())
             self.cluster.events.record_node("Warning", UNSUPPORTED_REASON,
                                             f"KubeletConfiguration fields nodeagent does not honour: {listed}"[:1024])
+
+    def _plugin_handlers(self) -> dict[str, PluginHandler]:
+        """Plugin type → the stage's handler for it (``registration_handlers()``); two stages
+        handling one type is a configuration error."""
+        handlers: dict[str, PluginHandler] = {}
+        for stage in (self.pipeline.stages.values() if self.pipeline else ()):
+            for handler in getattr(stage, "registration_handlers", lambda: [])():
+                if handler.plugin_type in handlers:
+                    raise PluginError(f"stages {handlers[handler.plugin_type]!r} and {stage.name!r} both handle "
+                                      f"plugins of type {handler.plugin_type}")
+                handlers[handler.plugin_type] = handler
+        return handlers
 
     def _subscribe(self, sup: Supervisor, name: str, handle: Callable[[ev.Event], Awaitable[None] | None]) -> None:
         """A bus subscriber under the supervisor; a fact it fails on is reported and skipped."""
@@ -379,7 +398,8 @@ class Agent:
     def plugins_info(self) -> dict[str, Any]:
         stages = self.pipeline.stages if self.pipeline else {}
         return {"order": self.pipeline.as_dict() if self.pipeline else {},
-                "stages": {n: s.describe() for n, s in stages.items() if hasattr(s, "describe")}}
+                "stages": {n: s.describe() for n, s in stages.items() if hasattr(s, "describe")},
+                "pluginWatcher": self.plugin_watcher.describe() if self.plugin_watcher is not None else None}
 
     def _register_gauges(self) -> None:
         def running() -> float:

@@ -310,9 +310,13 @@ def cmd_lifecycle(args: argparse.Namespace) -> int:
 
 
 def cmd_wiring(args: argparse.Namespace) -> int:
+    from nodeagent import facts
     from nodeagent.bus import TOPOLOGY
+    from nodeagent.registry import DEFAULT_PROFILE, stage_classes
 
     print(TOPOLOGY.render())
+    print()
+    print(facts.render(stage_classes(DEFAULT_PROFILE)))
     return 0
 
 

@@ -92,6 +92,9 @@ class NodeAgentConfiguration(BaseModel):
     """console or json lines; unset: the KubeletConfiguration's logging.format (text: console)."""
     trace_file: Path | None = None
     """Append every fact to this JSONL file (``nodeagent trace POD`` reads the in-memory ring)."""
+    plugins_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    """Where kubelet plugins (DRA drivers) put their registration sockets: the kubelet's path
+    (``<rootDir>/plugins_registry`` with its default root), watched by the core."""
     kubelet_flags: KubeletFlagsSection = Field(default_factory=lambda: KubeletFlagsSection())
 
     @field_validator("profile")
@@ -116,11 +119,11 @@ _FLAG_NAMES = {  # legacy name -> KubeletFlags field
     "cert_dir": "cert_dir", "certDir": "cert_dir", "node_labels": "node_labels", "nodeLabels": "node_labels",
 }
 _AGENT_NAMES = {"profile": "profile", "plugins": "plugins", "log_format": "log_format", "logFormat": "log_format",
-                "trace_file": "trace_file", "traceFile": "trace_file"}
+                "trace_file": "trace_file", "traceFile": "trace_file",
+                "plugins_registry_dir": "plugins_registry_dir", "pluginsRegistryDir": "plugins_registry_dir"}
 MOVED_TO_PLUGINS = {  # legacy name -> (plugin, its field)
     "container_logs_symlink_dir": ("logs", "containerLogsSymlinkDir"),
     "containerLogsSymlinkDir": ("logs", "containerLogsSymlinkDir"),
-    "plugins_registry_dir": ("dra", "pluginsRegistryDir"), "pluginsRegistryDir": ("dra", "pluginsRegistryDir"),
     "cdi_spec_dirs": ("dra", "cdiSpecDirs"), "cdiSpecDirs": ("dra", "cdiSpecDirs"),
     "dra_checkpoint_file": ("dra", "checkpointFile"), "draCheckpointFile": ("dra", "checkpointFile"),
     "allow_privileged": ("podsecurity", "allowPrivileged"), "allowPrivileged": ("podsecurity", "allowPrivileged"),

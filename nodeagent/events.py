@@ -241,6 +241,17 @@ class RuntimeAvailable(Event):
     runtime: str
 
 
+class PluginRejected(Event):
+    """A plugin registration socket that no stage could take (an unknown type); the plugin was
+    told why. Rejections by a stage (a bad name, no common version) are that stage's facts."""
+
+    kind: Literal["PluginRejected"] = "PluginRejected"
+    socket: str
+    plugin: str
+    type: str
+    message: str
+
+
 class TaskFailed(Event):
     """A long-running task of the agent (a source, the relister, a sink, a server, a plugin's
     node task, a pod worker) raised; the supervisor restarts it after ``restart_in_seconds``.
@@ -287,6 +298,7 @@ AnyEvent = Annotated[
         RuntimeUnavailable,
         RuntimeAvailable,
         TaskFailed,
+        PluginRejected,
         OrphanFound,
     ],
     Field(discriminator="kind"),

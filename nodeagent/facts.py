@@ -111,7 +111,7 @@ def render(stages: Mapping[str, Any]) -> str:
     lines = ["per-pod facts:"]
     for edge in graph(stages):
         readers = [*edge.requirers, *(f"({u})" for u in edge.users)]
-        lines.append(f"  {edge.fact.name:<20} {', '.join(edge.providers) or '-':<22} -> "
+        lines.append(f"  {edge.fact.name:<24} {', '.join(edge.providers) or '-':<24} -> "
                      f"{', '.join(readers) or '-'}")
     lines.append("  (stage) uses the fact when it is there; the others require it")
     return "\n".join(lines)

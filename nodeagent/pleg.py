@@ -1,9 +1,15 @@
 """The pod lifecycle event generator: relist the runtime, keep a per-pod cache, publish changes.
 
-containerd 1.6 has no event stream (GetContainerEvents answers Unimplemented), so like the
-kubelet's generic PLEG we relist every second: ListPodSandbox + ListContainers, and
+Like the kubelet's generic PLEG we relist every second: ListPodSandbox + ListContainers, and
 ContainerStatus only for containers whose state changed. Changes become facts on the bus
 (ContainerStarted, ContainerExited) and wake the pod's observers.
+
+Evented (the 1.37 kubelet's evented PLEG, which no longer replaces relisting): where the
+runtime streams container events (containerd 2.x: GetContainerEvents), each event makes the
+relister look at once, so an exit reaches its pod's worker within milliseconds instead of up
+to a second; the periodic relist stays as the safety net. A stream that breaks is reconnected
+with back-off (0.5 s doubling to 30 s) while the periodic relist carries on; a runtime without
+the stream (containerd 1.6: Unimplemented) is relisted periodically only, said once.
 """
 
 from __future__ import annotations
@@ -15,16 +21,19 @@ from dataclasses import replace
 import anyio
 import structlog
 
-from cri import CriError, RuntimeClient
+from cri import CriError, RuntimeClient, Unimplemented
 from cri import types as t
 from cri.types import ContainerState, PodSandboxState
 from nodeagent import labels as L
 from nodeagent.events import ContainerExited, ContainerStarted, Event, PodRef, RuntimeAvailable, RuntimeUnavailable
+from nodeagent.backoff import Backoff
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 
 log = structlog.get_logger("nodeagent.pleg")
 
 RELIST_TIMEOUT_SECONDS = 5.0
+EVENT_SETTLE_SECONDS = 0.02
+"""How long a burst of container events is gathered before the relist it triggers."""
 INSPECT_CONCURRENCY = 8
 
 _STATES = {
@@ -58,6 +67,11 @@ class Relister:
         self.healthy = False
         self.last_relist: float = 0.0
         self._runtime_down = False
+        self.evented = False
+        """The runtime's event stream is connected: events trigger relists."""
+        self._settling = False
+        self._settle_group: anyio.abc.TaskGroup | None = None
+        self.events_seen = 0
 
     # --- reading ----------------------------------------------------------------------
 
@@ -79,15 +93,61 @@ class Relister:
     # --- the loop ---------------------------------------------------------------------
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self._settle_group = tg
+            await tg.start(self._relist_forever)
+            tg.start_soon(self._follow_events)
+            task_status.started()
+
+    async def _relist_forever(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         started = False
         while True:
+            self._poke = anyio.Event()  # pokes from now on ask for the listing after this one
             await self.relist_once()
             if not started:
                 started = True
                 task_status.started()
             with anyio.move_on_after(self._period):
                 await self._poke.wait()
-            self._poke = anyio.Event()
+
+    async def _settle_then_poke(self) -> None:
+        """One relist for a burst of events: a sandbox being stopped kills its containers first
+        and changes its own state a little later; a relist between the two would show the
+        containers dead in a sandbox still ready, and a restart would go into it."""
+        try:
+            await anyio.sleep(EVENT_SETTLE_SECONDS)
+        finally:
+            self._settling = False
+            self._poke.set()
+
+    async def _follow_events(self) -> None:
+        """Relist at every container event the runtime streams; reconnect when the stream
+        breaks; give up (periodic relisting only) on a runtime without the stream."""
+        backoff = Backoff(initial=0.5, maximum=30.0, jitter=0.2)
+        while True:
+            try:
+                stream = self._runtime.container_events()
+                try:
+                    async for _event in stream:
+                        if not self.evented:
+                            self.evented = True
+                            log.info("following the runtime's container events")
+                        backoff.reset()
+                        self.events_seen += 1
+                        if not self._poke.is_set() and not self._settling:
+                            self._settling = True
+                            self._settle_group.start_soon(self._settle_then_poke)
+                finally:
+                    await stream.aclose()
+            except Unimplemented:
+                log.info("the runtime streams no container events; relisting every second only")
+                self.evented = False
+                return
+            except CriError as exc:
+                if self.evented:
+                    log.warning("container event stream broken; relisting every second meanwhile", error=str(exc))
+                self.evented = False
+            await anyio.sleep(backoff.next())
 
     async def relist_once(self) -> None:
         begin = time.monotonic()

@@ -239,6 +239,25 @@ def config_models(eps: Iterable[EntryPoint]) -> dict[str, Any]:
     return out
 
 
+def stage_classes(profile: Mapping[str, Sequence[str]], eps: Mapping[str, EntryPoint] | None = None
+                  ) -> dict[str, type[Stage]]:
+    """The classes of the installed stages the profile names, without making them (for
+    ``nodeagent wiring``: the fact graph is declared on the classes)."""
+    eps = dict(eps if eps is not None else discover())
+    out: dict[str, type[Stage]] = {}
+    for name in sorted({n for names in profile.values() for n in names}):
+        if name not in eps:
+            continue
+        try:
+            factory = eps[name].load()
+        except Exception:  # noqa: BLE001 - `nodeagent plugins` reports broken plugins
+            continue
+        cls = getattr(factory, "stage_class", None) or factory
+        if isinstance(cls, type) and issubclass(cls, Stage):
+            out[name] = cls
+    return out
+
+
 def installed_phases(eps: Iterable[EntryPoint]) -> dict[str, list[str]]:
     """For ``nodeagent plugins``: the phases each installed plugin's class joins (no instances)."""
     out: dict[str, list[str]] = {}

@@ -40,6 +40,7 @@ from nodeagent.stash import Stash
 
 if TYPE_CHECKING:
     from cri import RuntimeClient
+    from nodeagent.additions import AdditionsAccess
     from nodeagent.objects import ObjectStore
     from nodeagent.runtimeview import PodRuntime
 
@@ -213,13 +214,13 @@ class PodContext(Protocol):
         root directory, typed and frozen (a stage's own settings are its config model)."""
 
     @property
-    def api(self) -> Any:
-        """The Kubernetes API client (lightkube AsyncClient) in cluster mode; None standalone.
-        Stages that read API objects (configMaps, secrets, claims) use it; none opens its own."""
-
-    @property
     def objects(self) -> ObjectStore:
         """The agent's object store (see AgentHandle.objects)."""
+
+    @property
+    def additions(self) -> AdditionsAccess:
+        """(prepare) The mounts, devices and env this stage gives the pod's containers; the
+        runtime stage merges every stage's (nodeagent.additions)."""
 
     @property
     def facts(self) -> FactAccess:
@@ -412,8 +413,6 @@ class AgentHandle(Protocol):
     """API objects with the node's credentials (nodeagent.objects): views kept current by list
     and watch, cached reads by name, the few writes stages make. Standalone: the documents
     beside the static pods. A stage never opens a client of its own."""
-    api: Any
-    """The Kubernetes API client in cluster mode; None standalone."""
 
     @property
     def settings(self) -> NodeConfig:

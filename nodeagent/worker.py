@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 import structlog
@@ -20,6 +20,7 @@ import structlog
 from cri import RuntimeClient
 from nodeagent import events as ev
 from nodeagent import hostpaths
+from nodeagent.additions import CONTAINER_ADDITIONS, AdditionsAccess, PodAdditions
 from nodeagent.admission import AdmissionCycle
 from nodeagent.clock import Clock
 from nodeagent.facts import PodFacts
@@ -45,6 +46,7 @@ from nodeagent.stages import (
     Verdict,
 )
 from nodeagent.stash import Stash
+from nodeagent.unsupported import refusal
 from nodeagent.waits import first_of
 from nodeagent.status import StatusWriter
 
@@ -79,8 +81,6 @@ class Services:
     admission: AdmissionCycle
     pipeline: Pipeline
     root_dir: Path
-    api: Any = None
-    """The Kubernetes API client in cluster mode (lightkube AsyncClient); None when standalone."""
     objects: ObjectStore = field(default_factory=FileObjects)
     """The agent's object store (nodeagent.objects); stages reach it as ``ctx.objects``
     (standalone and in tests without an API: the manifest-backed store, empty)."""
@@ -109,8 +109,11 @@ class StageContext:
         self.node = services.node
         self.stash = worker.stash
         declared = services.pipeline.stages.get(stage)
-        self.facts = worker.facts.access(stage, getattr(declared, "provides", ()),
-                                         (*getattr(declared, "requires", ()), *getattr(declared, "uses", ())))
+        provides = getattr(declared, "provides", ())
+        reads = (*getattr(declared, "requires", ()), *getattr(declared, "uses", ()))
+        self.facts = worker.facts.access(stage, provides, reads)
+        self.additions = AdditionsAccess(worker.additions, stage, CONTAINER_ADDITIONS in provides,
+                                         CONTAINER_ADDITIONS in reads)
         self._status = services.status.reporter(worker.ref.uid)
         self.log = log.bind(pod=str(worker.ref), uid=worker.ref.uid, stage=stage)
 
@@ -129,10 +132,6 @@ class StageContext:
     @property
     def settings(self) -> NodeConfig:
         return self._worker.services.settings
-
-    @property
-    def api(self) -> Any:
-        return self._worker.services.api
 
     @property
     def objects(self) -> ObjectStore:
@@ -189,6 +188,8 @@ class PodWorker:
         self.stash = Stash()
         self.facts = PodFacts()
         """What stages share about the pod (nodeagent.facts), declared by each."""
+        self.additions = PodAdditions()
+        """What prepare stages give the pod's containers (nodeagent.additions)."""
         self.budget = RetryBudget()
         """Unexpected stage failures so far: a stage that keeps failing fails the pod."""
         self.lifecycle = Lifecycle()
@@ -315,9 +316,13 @@ class PodWorker:
 
     async def _admit(self) -> Result:
         problem = hostpaths.pod_problem(self.pod)
+        refused = refusal(self.pod)
         if problem is not None:
             # Before any stage: a name that cannot be a host path component never reaches one.
             result, stage = Result.reject(UNSAFE_NAMES, f"pod names cannot be host paths: {problem}"), "worker"
+        elif refused is not None:
+            # Refuse, never ignore: the pod would run without something it asks for.
+            result, stage = Result.reject(refused.reason, refused.message), "worker"
         else:
             result, stage = await self.services.admission.admit(self.pod, self._answered)
         if result.verdict is Verdict.REJECT:

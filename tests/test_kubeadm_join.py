@@ -159,8 +159,8 @@ def test_a_kubeadm_node_joins_with_a_bootstrap_token_and_rotates_its_certificate
     agent = tmp_path / "nodeagent.yaml"
     agent.write_text(yaml.safe_dump({
         "apiVersion": "nodeagent.io/v1alpha1", "kind": "NodeAgentConfiguration",
-        "plugins": {"logs": {"containerLogsSymlinkDir": str(tmp_path / "containers")},
-                    "dra": {"pluginsRegistryDir": str(tmp_path / "plugins_registry")}}}))
+        "pluginsRegistryDir": str(tmp_path / "plugins_registry"),
+        "plugins": {"logs": {"containerLogsSymlinkDir": str(tmp_path / "containers")}}}))
     kubeconfig = tmp_path / "etc-kubernetes" / "kubelet.conf"
     cert_dir = root / "pki"
     argv = [sys.executable, "-m", "nodeagent", "kubelet",

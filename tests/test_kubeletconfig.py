@@ -336,6 +336,7 @@ def test_plugin_sections_are_validated_by_the_plugins_model(tmp_path: Path) -> N
     listing = subprocess.run([sys.executable, "-m", "nodeagent", "plugins"], capture_output=True, text=True,
                              cwd=REPO, check=True).stdout
     assert "dra (DraConfig):" in listing and "cdiSpecDirs: list[Path] = ['/etc/cdi', '/var/run/cdi']" in listing
+    assert "pluginsRegistryDir" not in listing  # the core's (NodeAgentConfiguration), not a plugin's
     assert "volumes (NoConfig):" in listing and "This plugin takes no configuration of its own." in listing
 
 

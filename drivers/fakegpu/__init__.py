@@ -50,9 +50,8 @@ from plugins.dra._generated import (
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
-    pluginregistration_v1_pb2,
-    pluginregistration_v1_pb2_grpc,
 )
+from nodeagent.pluginwatcher._generated import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
 from drivers.fakegpu.cluster import SlicePublisher, allocation
 
 log = structlog.get_logger("fakegpu")
@@ -83,6 +82,8 @@ class FakeGpuDriver:
     """Where ResourceClaim manifests (with status.allocation) are; without it, or for a claim not
     found there, a claim gets one device chosen from its UID."""
     services: Sequence[str] = SERVICES
+    plugin_type: str = "DRAPlugin"
+    """What it says it is at registration (tests of the watcher make it say something else)."""
     fail: FailMode = "none"
     calls: list[Call] = field(default_factory=list)
     registrations: list[tuple[bool, str]] = field(default_factory=list)
@@ -268,7 +269,7 @@ class _Registration(pluginregistration_v1_pb2_grpc.RegistrationServicer):
         self.driver = driver
 
     async def GetInfo(self, request: Any, context: Any) -> Any:
-        return pluginregistration_v1_pb2.PluginInfo(type="DRAPlugin", name=self.driver.driver_name,
+        return pluginregistration_v1_pb2.PluginInfo(type=self.driver.plugin_type, name=self.driver.driver_name,
                                                     endpoint=str(self.driver.endpoint),
                                                     supported_versions=list(self.driver.services))
 

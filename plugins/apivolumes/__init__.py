@@ -40,10 +40,11 @@ from pydantic import Field
 from cri import types as t
 from nodeagent import events as ev
 from nodeagent import hostpaths
-from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, VolumeBind, add_mounts, contribute, remove_mounts
+from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, ContainerAdditions, VolumeBind, add_mounts
 from nodeagent.model import EmptyDirVolumeSource, Volume, unhonoured_fields
 from nodeagent.pluginconfig import PluginConfig
 from nodeagent.objects import View, kinds
+from nodeagent.unsupported import UNSUPPORTED_FIELD, UNSUPPORTED_VOLUME
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
 from plugins.apivolumes.envsources import resolve_env, uses_api
@@ -82,9 +83,7 @@ FIRST_RETRY_SECONDS = 2.0
 """observe re-reads this soon after a failed pass (doubling up to resyncSeconds): a pod waiting
 for a configMap starts soon after it is created."""
 
-CONTRIBUTED = StashKey[dict[str, list[t.Mount | VolumeBind]]]("apivolumes.contributed")
 """Container name → the mounts this stage added, so that a later pass replaces them."""
-ENV_GIVEN = StashKey[set[str]]("apivolumes.env_given")
 """Containers whose ApiEnv this stage set."""
 REPORTED = StashKey[bool]("apivolumes.reported")
 """Standalone: the unhonoured fields were reported (once per pod, not once per prepare)."""
@@ -120,6 +119,7 @@ class Pass:
 
 class ApiVolumesStage(Prepare, Observe):
     name: ClassVar[str] = "apivolumes"
+    provides = (CONTAINER_ADDITIONS,)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -134,6 +134,9 @@ class ApiVolumesStage(Prepare, Observe):
 
     async def prepare(self, ctx: PodContext) -> Result:
         if not ctx.objects.cluster:
+            refused = _standalone_refusal(ctx.pod)
+            if refused is not None:
+                return refused  # refuse, never ignore: the pod would run without its volume or env
             await self._report_unhonoured(ctx)
             return Result.skip()
         # Every API pod: at least its containers' service variables come from the API.
@@ -211,7 +214,10 @@ class ApiVolumesStage(Prepare, Observe):
                 # stays mounted, as the kubelet keeps it.
                 prepared[volume.name] = PreparedVolume(path, read_only=True)  # always read-only (kubelet)
 
-        given = ctx.stash.get(CONTAINER_ADDITIONS, {})
+        def given(container: str) -> ApiEnv | None:
+            entry = ctx.additions.get(container)
+            return entry.api_env if entry is not None else None
+
         links = pod.spec.enable_service_links is not False
         try:
             if self._services is None:
@@ -219,7 +225,7 @@ class ApiVolumesStage(Prepare, Observe):
             services = await service_env(self._services, namespace, links)
         except ServicesUnavailable as exc:
             found.unreadable.append(str(exc))
-            services = next((entry.api_env.services for entry in given.values() if entry.api_env is not None), {})
+            services = next((env.services for c in pod.all_containers() if (env := given(c.name)) is not None), {})
         for container in pod.all_containers():
             if not uses_api(container):
                 found.env[container.name] = ApiEnv(services=services)
@@ -231,7 +237,7 @@ class ApiVolumesStage(Prepare, Observe):
                 # Unreadable is not missing: a container that restarts while the API server is
                 # away keeps the env read before (the kubelet's caches serve it likewise).
                 found.unreadable.append(str(exc))
-                before = given[container.name].api_env if container.name in given else None
+                before = given(container.name)
                 found.env[container.name] = before if before is not None and not before.error \
                     else ApiEnv(error=str(exc))
 
@@ -267,28 +273,11 @@ class ApiVolumesStage(Prepare, Observe):
 
     def _contribute(self, ctx: PodContext, found: Pass) -> None:
         """Replace what an earlier pass contributed (a retry, a resync, an agent restart)."""
-        self._withdraw(ctx)
-        for container, mounts in found.mounts.items():
-            if mounts:
-                add_mounts(contribute(ctx.stash, self.name, container), mounts)
-        for container, api_env in found.env.items():
-            contribute(ctx.stash, self.name, container).api_env = api_env
-        ctx.stash[CONTRIBUTED] = {name: list(mounts) for name, mounts in found.mounts.items()}
-        ctx.stash[ENV_GIVEN] = set(found.env)
-
-    @staticmethod
-    def _withdraw(ctx: PodContext) -> None:
-        before = ctx.stash.pop(CONTRIBUTED) or {}
-        given = ctx.stash.pop(ENV_GIVEN) or set()
-        entries = ctx.stash.get(CONTAINER_ADDITIONS, {})
-        for container, mounts in before.items():
-            entry = entries.get(container)
-            if entry is not None:
-                remove_mounts(entry, mounts)
-        for container in given:
-            entry = entries.get(container)
-            if entry is not None:
-                entry.api_env = None
+        ctx.additions.withdraw()
+        for container in {*found.mounts, *found.env}:
+            entry = ContainerAdditions(api_env=found.env.get(container))
+            add_mounts(entry, found.mounts.get(container, []))
+            ctx.additions.set(container, entry)
 
     # --- observe: resync and token refresh -------------------------------------------------
 
@@ -335,8 +324,25 @@ class ApiVolumesStage(Prepare, Observe):
                 ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])
                 continue
             await anyio.to_thread.run_sync(_remove_tree, directory)
-        self._withdraw(ctx)
+        ctx.additions.withdraw()
         ctx.stash.pop(TOKENS)
+
+
+def _standalone_refusal(pod: Any) -> Result | None:
+    """Without an API server there is nothing to fill a configMap, secret or projected volume
+    (or env) with: the pod is refused rather than run without them. imagePullSecrets only
+    change how an image is pulled, and a pull that needs them fails on its own."""
+    for volume in api_volumes(pod):
+        source = next(k for k, v in (("configMap", volume.config_map), ("secret", volume.secret),
+                                     ("projected", volume.projected)) if v is not None)
+        return Result.reject(UNSUPPORTED_VOLUME, f'volume "{volume.name}" is a {source} volume, which needs the API '
+                                                 "server, and this node runs standalone: the pod would run without it")
+    for container in pod.all_containers():
+        if uses_api(container):
+            return Result.reject(UNSUPPORTED_FIELD, f"container {container.name!r} takes env from configMaps or "
+                                                    "secrets, which need the API server, and this node runs "
+                                                    "standalone: it would run without them")
+    return None
 
 
 def _remove_tree(directory: Path) -> None:

@@ -37,6 +37,7 @@ from pydantic import Field
 
 from cri import CriError
 from nodeagent import labels as L
+from nodeagent.additions import CONTAINER_ADDITIONS
 from nodeagent.claims import ClaimStore
 from nodeagent.events import Event
 from nodeagent.pluginconfig import PluginConfig
@@ -53,7 +54,7 @@ from plugins.dra.events import (
     DraDriverDeregistered,
     DraDriverRegistered,
 )
-from plugins.dra.registration import Drivers, PluginWatcher
+from plugins.dra.registration import DraRegistrations, Drivers
 from plugins.dra.slices import WIPE_DELAY_SECONDS, SliceWiper
 from nodeagent.statefile import quarantine
 from plugins.dra.state import CheckpointError, ClaimCache, ClaimEntry
@@ -67,8 +68,6 @@ _WAITING = StashKey[str]("dra.waiting")
 
 
 class DraConfig(PluginConfig):
-    plugins_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
-    """Where kubelet plugins (DRA drivers) put their registration sockets (the kubelet's path)."""
     cdi_spec_dirs: list[Path] = Field(default_factory=lambda: [Path("/etc/cdi"), Path("/var/run/cdi")])
     """CDI spec directories, lowest priority first (a device in a later one overrides), as
     containerd's cdi_spec_dirs; read for runtimes that do not resolve CDI themselves."""
@@ -91,6 +90,7 @@ class DraConfig(PluginConfig):
 
 class DraStage(Prepare):
     name: ClassVar[str] = "dra"
+    provides = (CONTAINER_ADDITIONS,)
 
     def __init__(self, config: DraConfig, handle: AgentHandle) -> None:
         self.config = config
@@ -98,9 +98,9 @@ class DraStage(Prepare):
         objects = getattr(handle, "objects", None)
         self.slices = (SliceWiper(objects, handle.node.name, config.slice_wipe_delay_seconds)
                        if objects is not None and objects.cluster else None)
-        self.watcher = PluginWatcher(config.plugins_registry_dir, self.drivers, self._registration,
-                                     poll_seconds=config.poll_seconds, health_seconds=config.health_check_seconds,
-                                     call_timeout=config.call_timeout_seconds)
+        self.registrations = DraRegistrations(self.drivers, self._registration, call_timeout=config.call_timeout_seconds,
+                                              poll_seconds=config.poll_seconds,
+                                              health_seconds=config.health_check_seconds)
         self.cache = ClaimCache(config.checkpoint_file or handle.settings.root_dir / "dra_manager_state")
         self.cdi = CdiSpecs(list(config.cdi_spec_dirs))
         # Agents before the claim store (and test harnesses) have none: no claims, pods wait.
@@ -113,14 +113,17 @@ class DraStage(Prepare):
 
     # --- node level ---------------------------------------------------------------------
 
+    def registration_handlers(self) -> list[DraRegistrations]:
+        """Plugins of type DRAPlugin, handed over by the agent's plugin watcher."""
+        return [self.registrations]
+
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The node-level task: plugin registration, the reconcile loop and (cluster mode) the
-        node's ResourceSlice housekeeping."""
+        """The node-level task: the reconcile loop and (cluster mode) the node's ResourceSlice
+        housekeeping (the agent's plugin watcher registers the drivers)."""
         await self._ensure_loaded()
         async with anyio.create_task_group() as tg:
             if self.slices is not None:
                 await tg.start(self.slices.run)
-            await tg.start(self.watcher.run)
             tg.start_soon(self._reconcile_loop)
             task_status.started()
 
@@ -136,7 +139,8 @@ class DraStage(Prepare):
 
     def describe(self) -> dict[str, Any]:
         """For the agent's /plugins: registered drivers and prepared claims."""
-        return {**self.watcher.describe(),
+        return {"drivers": [{"name": d.name, "endpoint": d.endpoint, "service": d.service, "socket": d.socket,
+                             "registeredAt": d.registered_at} for d in self.drivers.all()],
                 "claims": [{"claim": e.key, "uid": e.uid, "pods": sorted(e.pod_uids), "drivers": sorted(e.drivers),
                             "prepared": e.prepared} for e in self.cache.entries.values()]}
 
@@ -186,7 +190,7 @@ class DraStage(Prepare):
         await self._ensure_loaded()
         pod = ctx.pod
         if not pod.spec.resource_claims:
-            containers.withdraw(ctx.stash)
+            ctx.additions.withdraw()
             return Result.skip()
         try:
             claims = await self._pod_claims(ctx)
@@ -220,7 +224,7 @@ class DraStage(Prepare):
                 if entry is not None:
                     entry.prepared = False
             return self._waiting(ctx, str(exc))
-        containers.apply(ctx.stash, self.name, table)
+        containers.apply(ctx.additions, table)
         await self._report_skipped(ctx, table)
         if ctx.stash.pop(_WAITING, None) is not None:
             ctx.status.set_pod_reason("", "")
@@ -349,7 +353,7 @@ class DraStage(Prepare):
 
     async def unprepare(self, ctx: PodContext) -> None:
         await self._ensure_loaded()
-        containers.withdraw(ctx.stash)
+        ctx.additions.withdraw()
         if ctx.stash.pop(_WAITING, None) is not None:
             ctx.status.set_pod_reason("", "")  # a pod deleted while waiting did not fail because of it
         uid = ctx.ref.uid

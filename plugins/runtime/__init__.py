@@ -31,6 +31,7 @@ import structlog
 from cri import AlreadyExists, CriError, NotFound
 from cri import types as t
 from nodeagent import hostpaths
+from nodeagent.additions import CONTAINER_ADDITIONS
 from nodeagent import labels as L
 from nodeagent.events import SandboxRemoved, SandboxStarted
 from nodeagent.pluginconfig import NoConfig
@@ -54,7 +55,7 @@ from plugins.runtime.nodekeyring import NodeKeyring
 from plugins.runtime.pullrecords import PullRecords
 from plugins.runtime.pullsecrets import PullSecrets
 from plugins.runtime.resize import Ledger, Resizer, allocated_pod, ensure_state
-from plugins.runtime.sandbox import log_directory, sandbox_config
+from plugins.runtime.sandbox import SandboxConfigError, log_directory, sandbox_config
 from plugins.runtime.sync import RESYNC_SECONDS, SANDBOX_KEY, Syncer, acted
 from plugins.runtime.termination import kill, victim
 
@@ -71,7 +72,7 @@ ORPHAN_MIN_AGE_SECONDS = 60.0
 class RuntimeStage(Prepare, Start, Observe, Cleanup):
     name: ClassVar[str] = "runtime"
     provides = (RUNTIME_NOTES, RESIZE, RESTART_ALL_AT)
-    uses = (STARTUP_PASSED,)
+    uses = (STARTUP_PASSED, CONTAINER_ADDITIONS)
 
     def __init__(self, node_name: str, pod_logs_dir: Path, node_keyring: NodeKeyring | None = None,
                  pull_records: PullRecords | None = None) -> None:
@@ -131,7 +132,13 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             return
         attempt = max((s.metadata.attempt + 1 for s in sandboxes if s.metadata), default=0)
         config = sandbox_config(pod, attempt, self._logs, self._node, settings=ctx.settings)
-        log_directory(self._logs, pod).mkdir(parents=True, exist_ok=True, mode=0o755)
+        try:
+            log_directory(self._logs, pod).mkdir(parents=True, exist_ok=True, mode=0o755)
+        except OSError as exc:
+            # The kubelet's pod log directory is <namespace>_<name>_<uid>: valid names can make it
+            # longer than a file name may be. As the kubelet, the pod stays Pending and retries.
+            raise SandboxConfigError(f"Failed to create pod sandbox: cannot create the pod log directory: "
+                                     f"{exc.strerror}") from None
         await self._pod_cgroup(ctx)
         sandbox_id = await ctx.runtime.run_pod_sandbox(config)
         ctx.stash[SANDBOX] = (sandbox_id, config)

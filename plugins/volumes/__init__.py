@@ -27,11 +27,10 @@ import anyio
 
 from cri import types as t
 from nodeagent import hostpaths
-from nodeagent.additions import CONTAINER_ADDITIONS, VolumeBind, add_mounts, contribute, remove_mounts
+from nodeagent.additions import CONTAINER_ADDITIONS, ContainerAdditions, VolumeBind, add_mounts
 from nodeagent.model import DownwardAPIVolumeSource, Volume
 from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
-from nodeagent.stash import StashKey
 from nodeagent.kube.env import FieldError, PodFacts, container_env
 from nodeagent.kube.downward import downward_payload
 from nodeagent.mounttable import mounts_under
@@ -42,8 +41,6 @@ from nodeagent.volumeutil.ownership import fs_group_of, set_volume_ownership
 from nodeagent.volumeutil.tmpfs import MountError, unmount
 from plugins.volumes import sources
 
-CONTRIBUTED = StashKey[dict[str, list[t.Mount | VolumeBind]]]("volumes.contributed")
-"""Container name → the mounts this stage added, so that a second prepare replaces them."""
 
 FAILED_MOUNT = "FailedMount"
 CONFIG_ERROR = "CreateContainerConfigError"
@@ -53,6 +50,7 @@ RESYNC_SECONDS = 60.0
 
 class VolumesStage(Prepare, Observe):
     name: ClassVar[str] = "volumes"
+    provides = (CONTAINER_ADDITIONS,)
 
     async def prepare(self, ctx: PodContext) -> Result:
         pod = ctx.pod
@@ -138,20 +136,12 @@ class VolumesStage(Prepare, Observe):
     @staticmethod
     def _contribute(ctx: PodContext, table: Mapping[str, list[t.Mount | VolumeBind]]) -> None:
         """Replace what an earlier prepare contributed (a retry, an updated spec)."""
-        VolumesStage._withdraw(ctx)
+        ctx.additions.withdraw()
         for container, mounts in table.items():
             if mounts:
-                add_mounts(contribute(ctx.stash, VolumesStage.name, container), mounts)
-        ctx.stash[CONTRIBUTED] = {name: list(mounts) for name, mounts in table.items()}
-
-    @staticmethod
-    def _withdraw(ctx: PodContext) -> None:
-        before = ctx.stash.pop(CONTRIBUTED) or {}
-        entries = ctx.stash.get(CONTAINER_ADDITIONS, {})
-        for container, mounts in before.items():
-            entry = entries.get(container)
-            if entry is not None:
-                remove_mounts(entry, mounts)
+                entry = ContainerAdditions()
+                add_mounts(entry, mounts)
+                ctx.additions.set(container, entry)
 
     async def unprepare(self, ctx: PodContext) -> None:
         # Found on disk and in the mount table, not remembered: this may be a restarted agent.
@@ -164,7 +154,7 @@ class VolumesStage(Prepare, Observe):
             ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])
             return
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(volumes_dir, ignore_errors=True))
-        self._withdraw(ctx)
+        ctx.additions.withdraw()
 
 
 def plugin(config: NoConfig, handle: AgentHandle) -> VolumesStage:

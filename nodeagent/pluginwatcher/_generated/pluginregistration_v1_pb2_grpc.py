@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from plugins.dra._generated import pluginregistration_v1_pb2 as pluginregistration_dot_v1_dot_api__pb2
+from nodeagent.pluginwatcher._generated import pluginregistration_v1_pb2 as pluginregistration_dot_v1_dot_api__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -31,7 +31,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
@@ -456,4 +455,4 @@ def flag_names(fields: Sequence[str]) -> dict[str, str]:
 
 
 __all__ = ["AGENT_API_VERSION", "AGENT_KIND", "AgentConfig", "ConfigError", "NodeAgentConfiguration", "Sources",
-           "build", "node_name", "read_sources", "split_legacy", "yaml"]
+           "build", "node_name", "read_sources", "split_legacy"]

@@ -24,7 +24,6 @@ from nodeagent import quantity
 from nodeagent.admission import AdmissionCycle
 from nodeagent.apiclient import make_api_client
 from nodeagent.bus import TOPOLOGY, Bus, consume
-from nodeagent.claims import ClaimStore
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.cluster import ClusterMode
 from nodeagent.cluster.node import architecture
@@ -98,8 +97,6 @@ class Handle:
     node: NodeInfo
     config: AgentConfig
     bus: Bus
-    claims: ClaimStore
-    """The ResourceClaims the sources know (read by the dra stage)."""
     objects: ObjectStore
     """API objects (cluster: list and watch with the node's credentials; standalone: manifests)."""
 
@@ -140,7 +137,6 @@ class Agent:
         if self.cluster is not None:
             sinks.append(self.cluster.status_sink)
         self.status = StatusWriter(sinks, host_ip=config.node_ip, contain=self._contain)
-        self.claims = ClaimStore()
         self.objects: ApiObjects | FileObjects = ApiObjects(self.api, self.clock) if self.api is not None \
             else FileObjects()
         self.pipeline: Pipeline | None = None
@@ -165,7 +161,7 @@ class Agent:
             log.error("task failed before the supervisor started", task=task, error=repr(exc))
 
     def load_pipeline(self) -> Pipeline:
-        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.claims, self.objects)
+        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.objects)
         pipeline, warnings = load(self.config.profile, self.config.plugins, handle)
         for warning in warnings:
             log.warning(warning)
@@ -231,7 +227,7 @@ class Agent:
                 if self.config.static_pod_path is not None:
                     source = StaticPodSource(self.config.static_pod_path, self.config.node_name, self.bus.publish,
                                              full_rescan_seconds=self.config.file_check_frequency,
-                                             claims=self.claims)
+                                             objects=self.objects if isinstance(self.objects, FileObjects) else None)
                     await sup.start(source.run, name="source:file")
                     sources.append(source)
                 if self.cluster is not None:

@@ -136,8 +136,11 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
         (env.manifests / "broken.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x\n")
         (env.manifests / "deploy.yaml").write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n")
         (env.manifests / "nocontainers.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: n}\nspec: {}\n")
-        # schedulingGates (the scheduler's business): parsed, not acted upon, harmless: reported.
-        env.write("good.yaml", pod_manifest("good", schedulingGates=[{"name": "example.com/gate"}]))
+        # topologySpreadConstraints (the scheduler's business): parsed, not acted upon, harmless:
+        # reported. (schedulingGates would be too, but a static pod has a nodeName, which the
+        # API server's validation forbids beside gates.)
+        env.write("good.yaml", pod_manifest("good", topologySpreadConstraints=[
+            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]))
         # volumeDevices (raw block volumes): the pod would run without its device: refused. (The
         # device must name a claim volume of the pod: the API server's validation, which static
         # pods get.)
@@ -148,9 +151,9 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
         await wait_for(lambda: _at_least(counters, "ManifestRejected", 3), what="three ManifestRejected facts")
         chain = env.agent.trace.chain(f"default/good-{env.node}")
         unhonoured = [e for e in chain if e["kind"] == "UnhonouredFieldsFound"]
-        assert unhonoured and unhonoured[0]["fields"] == ["spec.schedulingGates"]
+        assert unhonoured and unhonoured[0]["fields"] == ["spec.topologySpreadConstraints"]
         conditions = {c["type"]: c for c in env.status_of("good")["conditions"]}
-        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.schedulingGates")
+        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.topologySpreadConstraints")
         block = await wait_for(lambda: _phase(env, "block", "Failed"), what="the pod with a block device refused")
         assert block["reason"] == "UnsupportedPodField"
         assert block["message"] == ("Pod was rejected: spec.containers[0].volumeDevices is not implemented by "

@@ -94,6 +94,23 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             if removed:
                 log.info("removed the cgroups of pods no longer running", pods=removed)
 
+    # --- the node-level task: orphaned pod cgroups ---------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Every minute, the cgroups of pods this stage no longer runs, idle and over a minute
+        old (the kubelet's cleanupOrphanedPodCgroups; part of container GC)."""
+        task_status.started()
+        while True:
+            await anyio.sleep(ORPHAN_SWEEP_SECONDS)
+            try:
+                removed = await anyio.to_thread.run_sync(podcgroup.sweep, self._ledger.uids(),
+                                                         ORPHAN_MIN_AGE_SECONDS, time.time())
+            except OSError as exc:
+                log.warning("pod cgroup sweep failed", error=str(exc))
+                continue
+            if removed:
+                log.info("removed the cgroups of pods no longer running", pods=removed)
+
     # --- prepare: images, then the sandbox ------------------------------------------------
 
     async def prepare(self, ctx: PodContext) -> Result:

@@ -19,6 +19,7 @@ enough, whatever the thresholds.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -73,6 +74,21 @@ class ImageGC:
         self.collected: Counter[str] = Counter()
         """kubelet_image_garbage_collected_total by reason."""
 
+    async def sandbox_images(self) -> set[str]:
+        """The runtime's sandbox (pause) image, from CRI Status' config. containerd 1.7+ pins it
+        (Image.pinned); 1.6 does not, and no container lists it, so the kubelet's rule alone
+        would remove it from an idle 1.6 node. We never do (a deliberate difference)."""
+        try:
+            _status, info = await self.runtime.status(verbose=True)
+            config = json.loads(info.get("config", "{}") or "{}")
+        except (CriError, ValueError):
+            return set()
+        names = {config.get("sandboxImage", "")}
+        pinned = config.get("pinnedImages")
+        if isinstance(pinned, dict):
+            names |= {str(v) for v in pinned.values()}
+        return {n for n in names if n}
+
     async def detect(self, detect_time: float) -> set[str]:
         """detectImages: refresh the records; returns the IDs of the images in use."""
         images = await self.runtime.list_images()
@@ -81,7 +97,7 @@ class ImageGC:
         for image in images:
             for name in (image.id, *image.repo_tags, *image.repo_digests):
                 by_name[name] = image.id
-        in_use: set[str] = set()
+        in_use: set[str] = {by_name[n] for n in await self.sandbox_images() if n in by_name}
         for container in containers:
             for ref in (container.image_id, container.image_ref, container.image.image if container.image else ""):
                 if ref and ref in by_name:

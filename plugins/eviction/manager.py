@@ -94,6 +94,8 @@ class EvictionManager:
         self._rank: Mapping[str, R.Rank] = {}
         self._reclaim: Mapping[str, tuple[ReclaimKind, ...]] = {}
         self.evictions: Counter[str] = Counter()
+        self.history: list[tuple[str, str]] = []
+        """(pod UID, signal) of every eviction, in order."""
         self.stats_age = Histogram("kubelet_eviction_stats_age_seconds",
                                    "Time between when stats are collected, and when pod is evicted based on those "
                                    "stats by eviction signal", ("eviction_signal",))
@@ -322,6 +324,7 @@ class EvictionManager:
         log.warning("evicting pod", pod=str(snapshot.ref), uid=snapshot.ref.uid, signal=signal,
                     grace_period_seconds=grace, message=message)
         self.evictions[signal] += 1
+        self.history.append((snapshot.ref.uid, signal))
         await self.handle.publish(PodEvicted(pod=snapshot.ref, source="eviction", signal=signal, message=message,
                                              grace_period_seconds=grace))
         return released

@@ -131,4 +131,4 @@ class MetricsServer:
                 self._proc.wait()
 
 
-__all__ = ["MetricsServer", "VERSION", "binary", "build", "host_address", "is_built"]
+__all__ = ["VERSION", "MetricsServer", "binary", "build", "host_address", "is_built"]

@@ -23,7 +23,13 @@ from tests.test_cluster_node import (
     get_json,
     ready_cluster_node,
 )
-from tests.test_cluster_pods import api_pod, create_pod, event_reasons, running_container, wait_running
+from tests.test_cluster_pods import (
+    api_pod,
+    create_pod,
+    event_reasons,
+    running_container,
+    wait_running,
+)
 
 pytestmark = pytest.mark.anyio
 

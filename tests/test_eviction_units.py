@@ -17,7 +17,15 @@ from nodeagent.events import Event, PodRef
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
 from nodeagent.stages import Condition, PodSnapshot
-from nodeagent.stats.collector import ContainerUsage, Fs, Memory, NodeUsage, PodUsage, Usage, VolumeUsage
+from nodeagent.stats.collector import (
+    ContainerUsage,
+    Fs,
+    Memory,
+    NodeUsage,
+    PodUsage,
+    Usage,
+    VolumeUsage,
+)
 from plugins.eviction import signals as S
 from plugins.eviction.config import EvictionConfig
 from plugins.eviction.manager import EvictionManager

@@ -83,4 +83,4 @@ async def _summary(client: ByteStream, request: Request, reads: NodeReads) -> No
     await respond(client, 200, body, "application/json")
 
 
-__all__ = ["NodeReads", "PATHS", "serve"]
+__all__ = ["PATHS", "NodeReads", "serve"]

@@ -22,7 +22,14 @@ import time
 
 from nodeagent import hostpaths
 from nodeagent.stats import host
-from nodeagent.stats.collector import ContainerUsage, Cpu, Memory, Network, PodUsage, Usage
+from nodeagent.stats.collector import (
+    ContainerUsage,
+    Cpu,
+    Memory,
+    Network,
+    PodUsage,
+    Usage,
+)
 
 _SERIES = (
     ("container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed in seconds."),
@@ -56,7 +63,7 @@ class _Out:
     def __init__(self) -> None:
         self.series: dict[str, list[str]] = {name: [] for name, _, _ in _SERIES}
 
-    def add(self, name: str, labels: dict[str, str], value: float | int | None, at: float | None = None,
+    def add(self, name: str, labels: dict[str, str], value: float | None, at: float | None = None,
             **extra: str) -> None:
         if value is None:
             return

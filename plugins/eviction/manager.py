@@ -435,4 +435,4 @@ def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, str]) -> bool:
     return bool(key) and not (toleration.get("value") or "")
 
 
-__all__ = ["CONDITION_TEXT", "EvictionManager", "REASON"]
+__all__ = ["CONDITION_TEXT", "REASON", "EvictionManager"]

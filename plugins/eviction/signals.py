@@ -297,6 +297,20 @@ def format_amount(resource: str, value: int, binary: bool | None = None) -> str:
     return quantity.format_int(value, resource in _BINARY_SIGNALS if binary is None else binary)
 
 
-__all__ = ["DEFAULT_EVICTION_HARD", "Observation", "SIGNAL_CONDITION", "SIGNAL_RESOURCE", "Threshold",
-           "ThresholdError", "Value", "by_eviction_priority", "conditions", "format_amount", "merge", "met",
-           "observe", "parse_thresholds", "with_containerfs"]
+__all__ = [
+    "DEFAULT_EVICTION_HARD",
+    "SIGNAL_CONDITION",
+    "SIGNAL_RESOURCE",
+    "Observation",
+    "Threshold",
+    "ThresholdError",
+    "Value",
+    "by_eviction_priority",
+    "conditions",
+    "format_amount",
+    "merge",
+    "met",
+    "observe",
+    "parse_thresholds",
+    "with_containerfs",
+]

@@ -18,9 +18,9 @@ class GcConfig(BaseModel):
     """Image filesystem usage (percent) at which image GC starts freeing space."""
     image_gc_low_threshold_percent: int = Field(default=80, ge=0, le=100, alias="imageGCLowThresholdPercent")
     """The usage image GC frees down to; never above the high threshold."""
-    image_minimum_gc_age: Duration = IMAGE_MINIMUM_GC_AGE_DEFAULT
+    image_minimum_gc_age: Duration = Field(default=IMAGE_MINIMUM_GC_AGE_DEFAULT, alias="imageMinimumGCAge")
     """An image first seen less than this long ago is never removed (0: the default 2m0s)."""
-    image_maximum_gc_age: Duration = Field(default=0.0, ge=0)
+    image_maximum_gc_age: Duration = Field(default=0.0, ge=0, alias="imageMaximumGCAge")
     """An unused image is removed once unused this long, whatever the disk (0: never)."""
     minimum_container_ttl_duration: Duration = Field(default=0.0, ge=0, alias="minimumContainerTTLDuration")
     """A dead container younger than this is kept (the kubelet's --minimum-container-ttl-duration)."""

@@ -41,7 +41,15 @@ import structlog
 
 from nodeagent import duration
 from nodeagent.model import Pod
-from nodeagent.stages import Admit, AgentHandle, Condition, NodeTask, NodeView, PodSnapshot, Result
+from nodeagent.stages import (
+    Admit,
+    AgentHandle,
+    Condition,
+    NodeTask,
+    NodeView,
+    PodSnapshot,
+    Result,
+)
 from nodeagent.statefile import write_atomic
 from plugins.shutdown import triggers
 from plugins.shutdown.config import PriorityGracePeriod, ShutdownConfig

@@ -21,6 +21,7 @@ At most one pod per cycle; the next cycle waits (up to 30 s) until its resources
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -96,6 +97,8 @@ class EvictionManager:
         self.evictions: Counter[str] = Counter()
         self.history: list[tuple[str, str]] = []
         """(pod UID, signal) of every eviction, in order."""
+        self.evicted_at: list[float] = []
+        """When each of ``history`` happened (wall time)."""
         self.stats_age = Histogram("kubelet_eviction_stats_age_seconds",
                                    "Time between when stats are collected, and when pod is evicted based on those "
                                    "stats by eviction signal", ("eviction_signal",))
@@ -325,6 +328,7 @@ class EvictionManager:
                     grace_period_seconds=grace, message=message)
         self.evictions[signal] += 1
         self.history.append((snapshot.ref.uid, signal))
+        self.evicted_at.append(time.time())
         await self.handle.publish(PodEvicted(pod=snapshot.ref, source="eviction", signal=signal, message=message,
                                              grace_period_seconds=grace))
         return released

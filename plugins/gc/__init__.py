@@ -52,11 +52,23 @@ class GcStage(NodeTask):
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         async with anyio.create_task_group() as tg:
+            # The image records (first seen, last used) are kept even with image GC off, as the
+            # kubelet's image manager does: eviction's reclaim needs their ages.
+            tg.start_soon(self._detect_images)
             if self.config.image_gc_enabled:
                 tg.start_soon(self._every, self.config.image_gc_period, self._image_gc, "ImageGCFailed")
             else:
                 log.info("image garbage collection disabled (imageGCHighThresholdPercent 100, no maximum age)")
             tg.start_soon(self._every, self.config.container_gc_period, self._container_gc, "ContainerGCFailed")
+
+    async def _detect_images(self) -> None:
+        while True:
+            try:
+                async with self._lock:
+                    await self.images.detect(self.images.now())
+            except Exception as exc:  # noqa: BLE001 - the next period tries again
+                log.warning("image detection failed", error=str(exc))
+            await self.handle.clock.sleep(self.config.image_gc_period)
 
     async def _every(self, period: float, run: Callable[[], Awaitable[None]], failed_reason: str) -> None:
         """The kubelet's loops: the first failure is logged, a repeated one becomes a Node Event."""

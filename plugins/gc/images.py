@@ -73,6 +73,8 @@ class ImageGC:
         self.records: dict[str, ImageRecord] = {}
         self.collected: Counter[str] = Counter()
         """kubelet_image_garbage_collected_total by reason."""
+        self.removed_at: dict[str, float] = {}
+        """Image ID -> when GC removed it."""
 
     async def sandbox_images(self) -> set[str]:
         """The runtime's sandbox (pause) image, from CRI Status' config. containerd 1.7+ pins it
@@ -205,6 +207,7 @@ class ImageGC:
             pass
         self.records.pop(image, None)
         self.collected[reason] += 1
+        self.removed_at[image] = self.now()
 
     async def _image_fs(self) -> tuple[int, int] | None:
         """(capacity, available) bytes of the runtime's image filesystem (CRI ImageFsInfo's

@@ -18,7 +18,14 @@ import pytest
 from controlplane import ControlPlane
 from tests.agent_helpers import wait_for
 from tests.private_runtime import blob_image, mounted_tmpfs, private_containerd
-from tests.test_cluster_node import cleanup_node, cluster_agent, cluster_config, condition, delete_node, get_json
+from tests.test_cluster_node import (
+    cleanup_node,
+    cluster_agent,
+    cluster_config,
+    condition,
+    delete_node,
+    get_json,
+)
 from tests.test_cluster_pods import api_pod, create_pod, wait_running
 from tests.test_eviction import _condition_true, _tainted, wait_phase
 

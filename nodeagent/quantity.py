@@ -72,4 +72,4 @@ def format_int(value: int, binary: bool = True) -> str:
 def is_binary(value: str) -> bool:
     """Whether a quantity is written with a binary suffix (Ki, Mi, ...): Go keeps that format."""
     m = _RE.match(value.strip())
-    return bool(m) and m.group(2).endswith("i")
+    return m is not None and m.group(2).endswith("i")

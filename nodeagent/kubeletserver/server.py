@@ -267,7 +267,7 @@ class KubeletServer:
         parts = request.segments()
         head = parts[0] if parts else ""
         streaming = head in ("exec", "attach", "portForward")
-        allowed = ("GET", "POST") if streaming else ("GET",)
+        allowed: tuple[str, ...] = ("GET", "POST") if streaming else ("GET",)
         node_path = request.path.rstrip("/") or "/"
         if self._reads is not None and node_path in nodestats.PATHS:
             allowed = nodestats.PATHS[node_path]

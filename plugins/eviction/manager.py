@@ -157,8 +157,8 @@ class EvictionManager:
         if self._met:
             thresholds = S.merge(thresholds, S.met(self._met, observations, enforce_min_reclaim=True))
         first_met = {t.key(): self._first_met.get(t.key(), now) for t in thresholds}
-        for condition in S.conditions(thresholds):
-            self._condition_seen[condition] = now
+        for kind in S.conditions(thresholds):
+            self._condition_seen[kind] = now
         period = self.config.eviction_pressure_transition_period
         self.node_conditions = [c for c in (S.MEMORY_PRESSURE, S.DISK_PRESSURE, S.PID_PRESSURE)
                                 if c in self._condition_seen and now - self._condition_seen[c] < period]
@@ -373,15 +373,15 @@ class EvictionManager:
             raw = c.resources.limits.get(S.EPHEMERAL_STORAGE)
             if c.restart_policy == "Always" and raw is not None and quantity.bytes_(raw) != 0:
                 limits[c.name] = str(raw)
-        for c in usage.containers:
-            if c.name not in limits:
+        for stat in usage.containers:
+            if stat.name not in limits:
                 continue
-            used_bytes = (c.logs.used_bytes or 0) if c.logs is not None else 0
+            used_bytes = (stat.logs.used_bytes or 0) if stat.logs is not None else 0
             if not self._dedicated:
-                used_bytes += (c.rootfs.used_bytes or 0) if c.rootfs is not None else 0
-            if quantity.bytes_(limits[c.name]) < used_bytes:
+                used_bytes += (stat.rootfs.used_bytes or 0) if stat.rootfs is not None else 0
+            if quantity.bytes_(limits[stat.name]) < used_bytes:
                 return S.EPHEMERAL_CONTAINER_FS_LIMIT, CONTAINER_EPHEMERAL_LIMIT.format(
-                    c.name, _canonical(limits[c.name]))
+                    stat.name, _canonical(limits[stat.name]))
         return None
 
     # --- metrics ---------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ class GcStage(NodeTask):
         self.config = config
         self.handle = handle
         settings = handle.settings
-        self.images = ImageGC(config, handle.runtime, lambda *e: handle.node_event(*e))  # type: ignore[arg-type]
+        self.images = ImageGC(config, handle.runtime, lambda *e: handle.node_event(*e))
         self.containers = ContainerGC(config, handle.runtime, handle.node.name, handle.pods, Path(settings.root_dir),
                                       Path(settings.pod_logs_dir),
                                       getattr(settings, "container_logs_symlink_dir", None))

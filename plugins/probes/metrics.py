@@ -34,10 +34,10 @@ class ProbeMetrics:
             self.duration.observe(seconds, probe_type, container, pod, namespace)
 
     def forget(self, pod: str, namespace: str, uid: str) -> None:
-        for key in [k for k in self.totals if k[3:] == (pod, namespace, uid)]:
-            del self.totals[key]
-        for key in [k for k in self.duration._series if k[2:] == (pod, namespace)]:
-            self.duration.forget(*key)
+        for total in [k for k in self.totals if k[3:] == (pod, namespace, uid)]:
+            del self.totals[total]
+        for series in [k for k in self.duration._series if k[2:] == (pod, namespace)]:
+            self.duration.forget(*series)
 
     def render(self) -> str:
         lines = ["# HELP prober_probe_total [BETA] Cumulative number of a liveness, readiness or startup probe "

@@ -305,3 +305,17 @@ async def test_critical_and_finished_pods_are_never_evicted() -> None:
     handle.snapshots = [snap(static), snap(done, PodState.COMPLETED)]
     handle.sample = Usage(node(available_memory=10 * MI), (stats(static, memory=500 * MI),))
     assert await manager(handle).synchronize() == [] and handle.evicted == []
+
+
+def test_pid_pressure_ranks_by_priority_then_processes() -> None:
+    from plugins.eviction.ranking import rank_pids
+
+    many, few, important = pod("many"), pod("few"), pod("important", priority=100)
+    usage = {many.uid: replace(stats(many), process_count=50), few.uid: replace(stats(few), process_count=2),
+             important.uid: replace(stats(important), process_count=500)}
+    ranked = rank_pids([snap(important), snap(few), snap(many)], usage.get)
+    assert [s.pod.metadata.name for s in ranked] == ["many", "few", "important"]
+    observed = S.observe(Usage(replace(node(), max_pid=1000, processes=990), ()))
+    [threshold] = EvictionConfig(evictionHard={"pid.available": "5%"}).thresholds()
+    assert S.met([threshold], observed, enforce_min_reclaim=False) == [threshold]
+    assert S.conditions([threshold]) == ["PIDPressure"]

@@ -7,6 +7,8 @@ makes it ready again."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -120,3 +122,66 @@ async def _ready(env: Any) -> bool:
 async def _phase(env: Any, name: str, phase: str) -> dict[str, Any] | None:
     status = env.status_of(name)
     return status if status.get("phase") == phase else None
+
+
+@pytest.fixture
+def fake_logind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A private bus with tests/fake_logind.py on it as org.freedesktop.login1; the agent's
+    tools (gdbus, systemd-inhibit) reach it through DBUS_SYSTEM_BUS_ADDRESS."""
+    import shutil
+    import subprocess
+
+    if not Path("/usr/bin/python3").exists() or shutil.which("dbus-daemon") is None:
+        pytest.skip("needs dbus-daemon and the system Python's dbus-python")  # devenv installs both
+    bus = Path(tempfile.mkdtemp(prefix="na-bus-", dir="/tmp"))
+    address = f"unix:path={bus / 'bus'}"
+    daemon = subprocess.Popen(["dbus-daemon", "--session", f"--address={address}", "--nofork", "--nopidfile"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    record = bus / "record"
+    env = {**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": address}
+    deadline = time.monotonic() + 10
+    while not (bus / "bus").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    fake = subprocess.Popen(["/usr/bin/python3", str(Path(__file__).with_name("fake_logind.py")), str(record)],
+                            stdin=subprocess.PIPE, env=env, text=True)
+    while "ready" not in (record.read_text() if record.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", address)
+    try:
+        yield fake, record
+    finally:
+        for proc in (fake, daemon):
+            proc.terminate()
+            proc.wait(10)
+        shutil.rmtree(bus, ignore_errors=True)
+
+
+@pytest.mark.containerd
+async def test_logind_prepare_for_shutdown_with_the_inhibitor_lock(containerd: Any, tmp_path: Path,
+                                                                   fake_logind: Any) -> None:
+    fake, record = fake_logind
+    shutdown = {"shutdownGracePeriod": "6s", "shutdownGracePeriodCriticalPods": "2s", "shutdownTrigger": "logind"}
+    async with running_agent(containerd, tmp_path, plugins={"shutdown": shutdown}) as env:
+        env.write("web.yaml", pod_manifest("web", GRACEFUL, terminationGracePeriodSeconds=30))
+        await env.wait_seen_running("web")
+        stage = env.agent.pipeline.stages["shutdown"]  # type: ignore[union-attr]
+        await wait_for(lambda: _true(stage.inhibited), 10, "the delay inhibitor lock taken")
+        assert "inhibit|shutdown|kubelet|Kubelet needs time to handle node shutdown|delay" in record.read_text()
+
+        fake.stdin.write("true\n")
+        fake.stdin.flush()
+        await wait_for(lambda: _ended(stage), 30, "the shutdown to finish")
+        status = env.status_of("web")
+        assert (status["phase"], status["reason"]) == ("Failed", "Terminated")
+        # The pods are down: the lock goes, and logind may power off.
+        await wait_for(lambda: _true("released" in record.read_text()), 10, "the lock released")
+        assert not stage.inhibited
+
+        fake.stdin.write("false\n")  # cancelled: ready again, the lock taken again
+        fake.stdin.flush()
+        await wait_for(lambda: _ready(env), 10, "Ready again after the cancellation")
+        await wait_for(lambda: _true(record.read_text().count("inhibit|") == 2), 10, "the lock taken again")
+
+
+async def _true(value: bool) -> bool:
+    return value

@@ -90,6 +90,7 @@ class ShutdownStage(Admit, NodeTask):
         self.started_at: float | None = None
         self.ended_at: float | None = None
         self.trigger = "none"
+        self._lock: anyio.abc.Process | None = None
 
     # --- admit --------------------------------------------------------------------------------
 
@@ -105,29 +106,34 @@ class ShutdownStage(Admit, NodeTask):
             log.info("graceful node shutdown disabled (shutdownGracePeriod 0)")
             task_status.started()
             await anyio.sleep_forever()
-        self.trigger = "logind" if triggers.logind_available() else "request-file"
+        wanted = self.config.shutdown_trigger
+        self.trigger = wanted if wanted != "auto" else ("logind" if triggers.logind_available() else "request-file")
         log.info("graceful node shutdown armed", trigger=self.trigger,
                  groups=[(g.priority, g.shutdown_grace_period_seconds) for g in self.groups],
                  request_file=str(self.request_file) if self.trigger == "request-file" else None)
         async with AsyncExitStack() as stack:
             events: AsyncIterator[bool]
             if self.trigger == "logind":
-                lock = await stack.enter_async_context(triggers.inhibitor_lock())
+                self._lock = await stack.enter_async_context(triggers.inhibitor_lock())
                 events = triggers.logind_events()
             else:
-                lock = None
                 events = triggers.request_file_events(self.request_file)
             task_status.started()
             async for shutting_down in events:
                 if shutting_down and not self.shutting_down:
                     await self.shut_down()
-                    if lock is not None:
+                    if self._lock is not None:
                         await stack.aclose()  # the pods are down: the node may go
-                        lock = None
+                        self._lock = None
                 elif not shutting_down and self.shutting_down:
                     self.cancelled()
-                    if self.trigger == "logind" and lock is None:
-                        lock = await stack.enter_async_context(triggers.inhibitor_lock())
+                    if self.trigger == "logind" and self._lock is None:
+                        self._lock = await stack.enter_async_context(triggers.inhibitor_lock())
+
+    @property
+    def inhibited(self) -> bool:
+        """The logind delay lock is held (the node's shutdown waits for us)."""
+        return self._lock is not None and self._lock.returncode is None
 
     def cancelled(self) -> None:
         log.info("shutdown cancelled")
@@ -200,7 +206,7 @@ class ShutdownStage(Admit, NodeTask):
                                                      for g in c.shutdown_grace_period_by_pod_priority]}
 
     def describe(self) -> dict[str, Any]:
-        return {"trigger": self.trigger, "shutting_down": self.shutting_down,
+        return {"trigger": self.trigger, "shutting_down": self.shutting_down, "inhibited": self.inhibited,
                 "groups": [(g.priority, g.shutdown_grace_period_seconds) for g in self.groups]}
 
 

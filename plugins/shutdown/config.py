@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
@@ -29,6 +31,11 @@ class ShutdownConfig(BaseModel):
     shutdown_grace_period_by_pod_priority: list[PriorityGracePeriod] = Field(default_factory=list)
     """Grace periods by pod priority instead of the two above: a pod gets the group of the
     highest priority not above its own; groups stop lowest priority first."""
+    shutdown_trigger: Literal["auto", "logind", "request-file"] = "auto"
+    """How the node's shutdown is learnt (not a kubelet field): ``auto`` — systemd-logind where
+    it runs (/run/systemd/system and the system bus), else the request file; ``logind`` —
+    logind on the system bus (``DBUS_SYSTEM_BUS_ADDRESS`` is honoured), whether or not this
+    looks like a systemd machine; ``request-file`` — only ``nodeagent shutdown``."""
     shutdown_request_file: str = "graceful_node_shutdown_request"
     """Where there is no systemd-logind (these machines, containers): ``nodeagent shutdown``
     writes this file under rootDir and the stage shuts the node's pods down as on logind's

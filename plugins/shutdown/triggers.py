@@ -13,7 +13,8 @@
   every half second; its removal (``nodeagent shutdown --cancel``) cancels. Only root can
   write there (rootDir is private), as only root can reach logind's signal.
 
-Each yields True (shutting down) and False (cancelled) as they happen.
+Each yields True (shutting down) and False (cancelled) as they happen. The tools honour
+``DBUS_SYSTEM_BUS_ADDRESS`` (tests point them at a stand-in logind: tests/fake_logind.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import structlog
 log = structlog.get_logger("nodeagent.shutdown")
 
 POLL_SECONDS = 0.5
+RECONNECT_SECONDS = 1.0
 WHY = "Kubelet needs time to handle node shutdown"
 
 
@@ -68,7 +70,16 @@ async def inhibitor_lock() -> AsyncIterator[anyio.abc.Process]:
 
 
 async def logind_events() -> AsyncIterator[bool]:
-    """PrepareForShutdown(true|false) from logind, through ``gdbus monitor``."""
+    """PrepareForShutdown(true|false) from logind, through ``gdbus monitor``; a lost bus is
+    reconnected every second (the kubelet's dbusReconnectPeriod)."""
+    while True:
+        async for active in _monitor():
+            yield active
+        log.warning("lost the system bus; reconnecting", retry_in=RECONNECT_SECONDS)
+        await anyio.sleep(RECONNECT_SECONDS)
+
+
+async def _monitor() -> AsyncIterator[bool]:
     process = await anyio.open_process(["gdbus", "monitor", "--system", "--dest", "org.freedesktop.login1",
                                         "--object-path", "/org/freedesktop/login1"],
                                        env={**os.environ, "LC_ALL": "C"})

@@ -462,8 +462,8 @@ def qos_class(pod: Pod) -> str:
     guaranteed = True
     for c in containers:
         req, lim = c.resources.requests, c.resources.limits
-        if req or lim:
-            any_set = True
+        if any(res in req or res in lim for res in ("cpu", "memory")):
+            any_set = True  # only cpu and memory decide (isSupportedQoSComputeResource)
         for res in ("cpu", "memory"):
             limit = lim.get(res)
             request = req.get(res, limit)

@@ -86,6 +86,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     # --- the node-level task: orphaned pod cgroups ---------------------------------------------
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Every minute, the cgroups of pods this stage no longer runs, idle and over a minute
+        old (the kubelet's cleanupOrphanedPodCgroups; part of container GC)."""
         task_status.started()
         while True:
             await anyio.sleep(ORPHAN_SWEEP_SECONDS)

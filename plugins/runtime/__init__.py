@@ -68,9 +68,11 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     name: ClassVar[str] = "runtime"
 
     def __init__(self, node_name: str, pod_logs_dir: Path, node_keyring: NodeKeyring | None = None,
-                 pull_records: PullRecords | None = None) -> None:
+                 pull_records: PullRecords | None = None, *, pod_cgroups: bool = True) -> None:
         self._node = node_name
         self._logs = pod_logs_dir
+        self._pod_cgroups = pod_cgroups
+        """cgroupsPerQOS: False makes, writes, removes and sweeps no pod cgroup."""
         self._images = ImagePuller.new(node_keyring, pull_records)
         self._ledger = Ledger()
         self._sync = Syncer(node_name, self._ensure_sandbox, self._pod_ip_of, self._image_ref,
@@ -80,6 +82,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        if not self._pod_cgroups:
+            return  # no pod cgroups: none can be orphaned
         while True:
             await anyio.sleep(ORPHAN_SWEEP_SECONDS)
             try:
@@ -156,6 +160,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         state = ensure_state(ctx)
         pod = allocated_pod(ctx)
         self._ledger.set(ctx.ref.uid, pod)
+        if not self._pod_cgroups:
+            return
         try:
             await podcgroup.apply(ctx, pod)
         except OSError as exc:
@@ -225,7 +231,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             await ctx.publish(SandboxRemoved(sandbox_id=sandbox.id))
         ctx.stash.pop(SANDBOX)
         self._ledger.release(ctx.ref.uid)
-        await podcgroup.remove(ctx.pod)
+        if self._pod_cgroups:
+            await podcgroup.remove(ctx.pod)
         logs = self._logs / f"{ctx.ref.namespace}_{ctx.ref.name}_{ctx.ref.uid}"
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(logs, ignore_errors=True))
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(ctx.pod_dir, ignore_errors=True))
@@ -293,7 +300,7 @@ def plugin(config: Mapping[str, Any], handle: AgentHandle) -> RuntimeStage:
     records = PullRecords(root_dir / "image_manager", settings.image_pull_credentials_verification_policy,
                           settings.preloaded_images_verification_allowlist)
     return RuntimeStage(handle.node.name, Path(settings.pod_logs_dir), NodeKeyring(root_dir, handle.clock.monotonic),
-                        records)
+                        records, pod_cgroups=podcgroup.enabled(settings))
 
 
 plugin.stage_class = RuntimeStage  # type: ignore[attr-defined]

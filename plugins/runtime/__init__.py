@@ -126,6 +126,16 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             await ctx.publish(SandboxStarted(sandbox_id=sandbox.id, attempt=attempt, adopted=True,
                                              pod_ip=ctx.stash[POD_IP]))
             return
+        if sandboxes and pod.spec.restart_policy == "Never" and await self._containers(ctx):
+            # The kubelet's "do not recreate" rule (computePodActions): a pod that ran under
+            # Never and lost its sandbox — or completed before an agent restart — gets no new
+            # one; the sync loop's plan then ends it.
+            newest = max(sandboxes, key=lambda s: s.created_at)
+            attempt = newest.metadata.attempt if newest.metadata else 0
+            ctx.stash[SANDBOX] = (newest.id, sandbox_config(pod, attempt, self._logs, self._node,
+                                                            settings=ctx.settings))
+            acted(ctx)
+            return
         attempt = max((s.metadata.attempt + 1 for s in sandboxes if s.metadata), default=0)
         config = sandbox_config(pod, attempt, self._logs, self._node, settings=ctx.settings)
         log_directory(self._logs, pod).mkdir(parents=True, exist_ok=True, mode=0o755)

@@ -139,6 +139,11 @@ class Agent:
         self.claims = ClaimStore()
         self.pipeline: Pipeline | None = None
         self.dispatcher: Dispatcher | None = None
+        self.services: Services | None = None
+        """What the pod workers share (set when the agent runs; the contract suite reads its
+        admission cycle)."""
+        self.sources: list[PodSource] = []
+        """The running pod sources (a test may ask the static one to ``scan()`` now)."""
         self.endpoint_port: int | None = None
         self.kubelet_server: KubeletServer | None = None
         """The kubelet API (its ``port`` is where it listens, once it does)."""
@@ -198,6 +203,7 @@ class Agent:
                     observe_stage_time=lambda stage, phase, s: self.metrics.stage.observe(s, stage, phase),
                     observe_pod_start=self.metrics.pod_start.observe,
                 )
+                self.services = services
                 self.dispatcher = Dispatcher(services, tg, contain=sup.contain)
                 self._subscribe(sup, "dispatcher", self.dispatcher.handle)
                 self._register_gauges()
@@ -207,7 +213,7 @@ class Agent:
                     self.kubelet_server = KubeletServer(self.config, status=self.status, relister=self.relister,
                                                         runtime=self.runtime, healthz=self.healthz)
                     await sup.start(self.kubelet_server.run, name="kubelet-server")
-                sources: list[PodSource] = []
+                sources = self.sources = []
                 if self.config.static_pod_path is not None:
                     source = StaticPodSource(self.config.static_pod_path, self.config.node_name, self.bus.publish,
                                              full_rescan_seconds=self.config.file_check_frequency,

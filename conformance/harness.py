@@ -72,6 +72,8 @@ SETTLE_TIMEOUT = 30.0
 """Seconds a pod may take to reach a settled state (running, rejected, waiting, retrying)."""
 GONE_TIMEOUT = 30.0
 """Seconds the agent may take to tear a deleted pod down and forget it."""
+RUNTIME_SETTLE_SECONDS = 2.0
+"""How long a forgotten pod's runtime objects may take to go (a cancelled call completing)."""
 GRACE_SECONDS = 2
 """The test pod's terminationGracePeriodSeconds (its container exits on SIGTERM at once)."""
 CAUGHT_UP_SECONDS = 5.0
@@ -398,18 +400,28 @@ class Harness:
                 await anyio.sleep(0.02)
 
     async def wait_gone(self, pod: Pod | str, timeout: float = GONE_TIMEOUT) -> None:
-        """Until the agent forgot the pod and the runtime holds nothing of it."""
+        """Until the agent tore the pod down and forgot it (no worker, no status record); then a
+        moment more for the runtime to finish what it was asked (a call whose caller was
+        cancelled may still complete there). What is left is for :meth:`leaks` to say."""
         uid = pod if isinstance(pod, str) else pod.uid
 
-        async def gone() -> bool:
+        def forgotten() -> bool:
             agent = self.agent
-            if agent is not None and agent.dispatcher is not None:
-                if uid in agent.dispatcher.workers or uid in agent.status.all():
-                    return False
-            return not await self.runtime_objects(uid)
+            if agent is None or agent.dispatcher is None:
+                return True
+            return uid not in agent.dispatcher.workers and uid not in agent.status.all()
 
-        await eventually(gone, f"pod {uid} to be torn down and forgotten (state {self.state(uid)}, runtime: "
-                               f"{(await self.runtime_objects(uid)).describe()})", timeout, interval=0.05)
+        with anyio.move_on_after(timeout):
+            while not forgotten():
+                await anyio.sleep(0.05)
+        if not forgotten():
+            calls = [c.describe() for c in self.recorder.of(uid)][-5:]
+            pytest.fail(f"waited {timeout}s for pod {uid} to be torn down and forgotten: it is "
+                        f"{self.state(uid)}; its last phase calls: {calls}; the runtime holds "
+                        f"{(await self.runtime_objects(uid)).describe()}", pytrace=False)
+        with anyio.move_on_after(RUNTIME_SETTLE_SECONDS):
+            while await self.runtime_objects(uid):
+                await anyio.sleep(0.05)
 
     # --- what is left ---------------------------------------------------------------------------
 
@@ -460,11 +472,17 @@ class Harness:
                 found.append(f"a pod worker (state {agent.dispatcher.workers[uid].state.value})")
             if uid in agent.status.all():
                 found.append("a status record")
-            agent.relister.request_relist()
-            cached = agent.relister.pod(uid)
-            if cached.sandboxes or cached.containers:
-                await eventually(lambda: not (agent.relister.pod(uid).sandboxes or agent.relister.pod(uid).containers),
-                                 "the relister to forget the pod", 5.0, interval=0.05)
+            def cached() -> bool:
+                view = agent.relister.pod(uid)
+                return bool(view.sandboxes or view.containers)
+
+            if cached():
+                agent.relister.request_relist()
+                with anyio.move_on_after(RUNTIME_SETTLE_SECONDS):
+                    while cached():
+                        await anyio.sleep(0.05)
+                if cached():
+                    found.append("the relister's cache still has it (the runtime does too, or a relist is stuck)")
         if extra is not None:
             found += extra(self, uid)
         return found

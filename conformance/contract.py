@@ -455,10 +455,16 @@ def _assert_documented(calls: Sequence[PhaseCall]) -> None:
             continue
         spec = PHASE_SPECS[call.phase]
         if call.error is not None:
-            typed = isinstance(call.error, _TYPED) and call.phase in (Phase.PREPARE, Phase.PERMIT, Phase.START)
-            assert typed, (
-                f"{call.describe()}: {call.phase.value}() may raise only Retryable, Permanent or a CRI error"
-                + (" (setup phases)" if call.phase in SETUP_PHASES else "; it must not raise at all"))
+            if call.phase in (Phase.PREPARE, Phase.PERMIT, Phase.START):
+                assert isinstance(call.error, _TYPED), (
+                    f"{call.describe()}: {call.phase.value}() may raise only Retryable, Permanent or a CRI "
+                    "error; anything else is a stage bug (the agent retries it forever as StageError)")
+            elif call.phase in (Phase.ADMIT, Phase.RESERVE):
+                raise AssertionError(f"{call.describe()}: {call.phase.value}() must answer with a verdict, "
+                                     "not raise (the admission cycle rejects the pod as StageError)")
+            else:
+                raise AssertionError(f"{call.describe()}: {call.phase.value}() must not raise (the agent logs "
+                                     "it and goes on; what it was to release may stay behind)")
             continue
         if call.phase not in SETUP_PHASES:
             continue

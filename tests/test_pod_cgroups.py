@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from nodeagent.config import AgentConfig, ConfigError, load
 from nodeagent.model import Pod
+from nodeagent.stages import PodContext
 from plugins.runtime import podcgroup
 from plugins.runtime.sandbox import sandbox_config
 
@@ -36,7 +38,7 @@ def test_cgroups_per_qos_is_the_kubelets_field(tmp_path: Path) -> None:
 def test_without_cgroups_per_qos_the_sandbox_has_no_pod_cgroup(tmp_path: Path) -> None:
     pod = _pod()
     on = sandbox_config(pod, 0, tmp_path, "node", settings=AgentConfig())
-    off = sandbox_config(pod, 0, tmp_path, "node", settings=AgentConfig(cgroups_per_qos=False))
+    off = sandbox_config(pod, 0, tmp_path, "node", settings=AgentConfig.model_validate({"cgroupsPerQOS": False}))
     assert on.linux is not None and on.linux.cgroup_parent == "/nodeagent-pods/burstable/podu-1"
     assert off.linux is not None and off.linux.cgroup_parent == ""
 
@@ -49,7 +51,8 @@ async def test_without_cgroups_per_qos_nothing_is_written_under_the_cgroup_root(
         (tmp_path / name).mkdir()
         (tmp_path / name / "cgroup.subtree_control").write_text("cpu memory\n")
     pod = _pod()
-    await podcgroup.apply(SimpleNamespace(settings=AgentConfig(cgroups_per_qos=False)), pod)  # type: ignore[arg-type]
+    off = AgentConfig.model_validate({"cgroupsPerQOS": False})
+    await podcgroup.apply(cast(PodContext, SimpleNamespace(settings=off)), pod)
     assert not (tmp_path / "nodeagent-pods/burstable/podu-1").exists()
-    await podcgroup.apply(SimpleNamespace(settings=AgentConfig()), pod)  # type: ignore[arg-type]
+    await podcgroup.apply(cast(PodContext, SimpleNamespace(settings=AgentConfig())), pod)
     assert (tmp_path / "nodeagent-pods/burstable/podu-1/memory.max").read_text() == str(64 * 2**20)

@@ -24,6 +24,7 @@ precedence) — needed only for the suite's containerd runs.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import time
@@ -35,7 +36,9 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint
 from pathlib import Path
+from unittest import mock
 from typing import Any, Literal, TypeVar, overload
 
 import anyio
@@ -61,7 +64,8 @@ from nodeagent.agent import Agent, Handle
 from nodeagent.config import AgentConfig
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
-from nodeagent.registry import DEFAULT_PROFILE, Pipeline, discover
+from nodeagent import registry
+from nodeagent.registry import DEFAULT_PROFILE, Pipeline
 from nodeagent.stages import Phase, Verdict, phases_of
 
 T = TypeVar("T")
@@ -170,9 +174,24 @@ class ContractAgent(Agent):
         self.runtime = self.tracing  # type: ignore[assignment]
 
     def load_pipeline(self) -> Pipeline:
-        pipeline = super().load_pipeline()
+        # The same entry points, read once per session: a discovery scans every installed
+        # distribution (~40 ms here), and the suite starts an agent per test.
+        with mock.patch.object(registry, "discover", _discover):
+            pipeline = super().load_pipeline()
         self.recorder.install(pipeline)
         return pipeline
+
+
+_real_discover = registry.discover
+
+
+@functools.cache
+def _entry_points() -> Mapping[str, EntryPoint]:
+    return _real_discover()
+
+
+def _discover(group: str = registry.GROUP) -> dict[str, EntryPoint]:
+    return dict(_entry_points()) if group == registry.GROUP else _real_discover(group)
 
 
 def contract_profile(plugin: str, joined: Sequence[Phase]) -> dict[str, list[str]]:
@@ -444,7 +463,9 @@ class Harness:
         if objects:
             found.append(f"the runtime still holds {objects.describe()}")
         pod_dir = self.config.root_dir / "pods" / uid
-        mounts = mounts_under(pod_dir)
+        # A mount point is a directory: with no pod directory there is none under it (and this
+        # machine's mount table is long to read).
+        mounts = mounts_under(pod_dir) if pod_dir.exists() else []
         if mounts:
             found.append(f"mounts under the pod directory: {[str(m) for m in mounts]}")
         if pod_dir.exists():
@@ -623,7 +644,7 @@ async def open_harness(runtime: RuntimeUnderTest | str, directory: Path, plugin:
 def _joined(plugin: str, config: Mapping[str, Any], settings: AgentConfig) -> list[Phase]:
     """The phases ``plugin`` joins: from its factory's ``stage_class``, else from an instance
     (a factory does no I/O: building one costs nothing but the handle)."""
-    eps = discover()
+    eps = _discover()
     if plugin not in eps:
         raise LookupError(f"no plugin {plugin!r} in entry-point group nodeagent.plugins (installed: {sorted(eps)}); "
                           "is its package installed (pip install -e .)?")

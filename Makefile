@@ -2,11 +2,27 @@
 # PYTHON: the interpreter the project is installed in (`make install`).
 PYTHON ?= python3
 
-.PHONY: test env down status install demo
+# NODEAGENT_RUNTIME: the containerd devenv runs (`make test`, `make demo`, `make env`):
+# containerd2 (default; 2.x built from the Go module proxy) or containerd1.6 (Debian's).
+.PHONY: test deps env down status install demo
 
 # The whole suite; the `containerd` fixture starts its own private containerd.
-test:
+# `deps` first, so that a fresh clone needs nothing before it.
+test: deps
 	$(PYTHON) -m pytest -q tests
+
+# What the suite needs, each step skipped when already done: the Debian packages, the
+# project with its test extra and the out-of-tree example stage (pip, only when one of
+# them is not installed), containerd 2.x, the control plane and the upstream e2e binaries
+# (built from the Go module proxy into ~/.cache/nodeagent: minutes cold, a second warm).
+DISTRIBUTIONS = nodeagent pytest grpcio-tools prometheus_client nodeagent-required-label nodeagent-node-env
+deps:
+	$(PYTHON) devenv/packages.py
+	@$(PYTHON) -c 'import importlib.metadata as m, sys; [m.distribution(d) for d in sys.argv[1:]]' \
+		$(DISTRIBUTIONS) 2>/dev/null || $(MAKE) --no-print-directory install
+	$(PYTHON) -m devenv runtime build
+	$(PYTHON) -m controlplane build
+	$(PYTHON) -m controlplane build e2e.test agnhost nonewprivs
 
 # A long-lived environment at /tmp/nodeagent-devenv; prints its CRI endpoint.
 env:
@@ -18,8 +34,13 @@ down:
 status:
 	$(PYTHON) -m devenv status
 
+# The project with its test extra, and the out-of-tree example stages (tests prove they join
+# a real run without touching nodeagent/): required-label (admission), node-env (docs/PLUGINS.md's
+# walkthrough: container additions).
 install:
-	$(PYTHON) -m pip install -e '.[test]'
+	$(PYTHON) -m pip install -q -e '.[test]'
+	$(PYTHON) -m pip install -q -e examples/required-label
+	$(PYTHON) -m pip install -q -e examples/node-env
 
 # README's main command: a private containerd plus nodeagent running examples/pods.
 demo:

@@ -224,7 +224,7 @@ async def run(sizes: Sequence[int], repeat: int) -> tuple[dict[int, dict[str, li
     runtime.start()
     try:
         runtime.import_images(archives)
-        version = runtime.version().get("runtime_version", "?")
+        version = f"{runtime.version().get('runtime_version', '?')} ({runtime.runtime.name})"
         results: dict[int, dict[str, list[float]]] = {}
         async with RuntimeClient(runtime.endpoint) as client:
             for n in sizes:
@@ -249,12 +249,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--runtime", choices=devenv.RUNTIMES, default=None,
+                        help=f"the containerd to measure on (default ${devenv.RUNTIME_ENV}, else containerd2)")
     parser.add_argument("--append", type=Path, help="append the tables to this Markdown file")
     args = parser.parse_args(argv)
+    import os
+
+    if args.runtime:  # devenv.Containerd reads it (so does every containerd this run starts)
+        os.environ[devenv.RUNTIME_ENV] = args.runtime
     sizes = [int(s) for s in args.sizes.split(",") if s]
     load_before, begin = load_average(), time.monotonic()
     results, version = anyio.run(run, sizes, args.repeat)
-    import os
 
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "commit": git_description(),
             "command": "python -m benchmarks.gang " + " ".join(argv if argv is not None else sys.argv[1:]),

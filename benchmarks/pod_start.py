@@ -727,7 +727,8 @@ async def run(sizes: Sequence[int], concurrency: int, grace: int, repeat: int, k
         print(f"containerd {env.endpoint} (log {env.log_path}); work dir {workdir}", file=sys.stderr)
         async with RuntimeClient(env.endpoint) as client:
             info = client.runtime_version
-            meta["runtime"] = f"{info.runtime_name} {info.runtime_version}" if info else "?"
+            meta["runtime"] = (f"{env.runtime.name}: {info.runtime_name} {info.runtime_version}" if info
+                               else env.runtime.name)
             image = await client.image_status(devenv.BUSYBOX_IMAGE)
             if image is None:
                 raise RuntimeError(f"{devenv.BUSYBOX_IMAGE} is not in the runtime")
@@ -786,6 +787,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the second baseline that has all N pods in flight (as nodeagent has)")
     parser.add_argument("--grace", type=int, default=GRACE_SECONDS,
                         help="terminationGracePeriodSeconds of the pods (default %(default)s)")
+    parser.add_argument("--runtime", choices=devenv.RUNTIMES, default=None,
+                        help=f"the containerd to measure on (default ${devenv.RUNTIME_ENV}, else containerd2)")
     parser.add_argument("--append", type=Path, help="append the Markdown result block to this file")
     parser.add_argument("--json", type=Path, help="write every measurement as JSON to this file")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (agent and containerd logs)")
@@ -793,6 +796,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the agent under cProfile; writes FILE-N-REP.pstats and prints the top functions "
                              "(timings are then inflated: do not append them as results)")
     args = parser.parse_args(argv)
+    if args.runtime:  # devenv.Containerd reads it
+        os.environ[devenv.RUNTIME_ENV] = args.runtime
     sizes = QUICK_SIZES if args.quick else tuple(int(s) for s in args.sizes.split(",") if s.strip())
     if not sizes or min(sizes) < 1 or args.repeat < 1:
         parser.error("--sizes and --repeat take positive integers")

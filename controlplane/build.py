@@ -23,7 +23,10 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,13 +76,18 @@ def _log(msg: str) -> None:
     print(f"controlplane build: {msg}", file=sys.stderr, flush=True)
 
 
+def nodeagent_cache() -> Path:
+    """XDG cache/nodeagent: every binary cache of ours (k8s here, containerd in devenv) is below."""
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "nodeagent"
+
+
 def cache_root() -> Path:
     """Where built binaries live: $NODEAGENT_K8S_CACHE, else XDG cache/nodeagent/k8s."""
     env = os.environ.get("NODEAGENT_K8S_CACHE")
     if env:
         return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "nodeagent" / "k8s"
+    return nodeagent_cache() / "k8s"
 
 
 def bin_dir(version: str = K8S_VERSION) -> Path:
@@ -103,8 +111,9 @@ def go_env() -> dict[str, str]:
     return env
 
 
-def _go_version(env: dict[str, str]) -> str:
-    out = subprocess.run(["go", "env", "GOVERSION"], cwd=GO_MODULE, env=env,
+def go_version(env: dict[str, str], module: Path = GO_MODULE) -> str:
+    """The Go toolchain's version as `module` would use it (part of every stamp)."""
+    out = subprocess.run(["go", "env", "GOVERSION"], cwd=module, env=env,
                          capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
@@ -157,10 +166,6 @@ def _extra_stamp(name: str, go_version: str, version: str) -> str:
     return h.hexdigest()
 
 
-def _stamp_path(name: str, version: str) -> Path:
-    return bin_dir(version) / f".{name}.stamp"
-
-
 def is_built(name: str, version: str = K8S_VERSION) -> bool:
     """True if the binary exists (the stamp is checked by build(), not here)."""
     return os.access(binary(name, version), os.X_OK)
@@ -181,6 +186,93 @@ class Result:
     path: Path
     built: bool  # False: already up to date
     seconds: float
+
+
+@dataclass(frozen=True)
+class GoBuild:
+    """One `go build` (or `go test -c`) of one or more packages into a stamped cache.
+
+    Each package gives the binary named by its last path element; `stamp` says
+    what was built (sources, toolchain, flags) and is kept next to the binaries
+    as `.NAME.stamp`, so an unchanged unit is skipped at the cost of reading a
+    file. Binaries are written to a temporary name and renamed into place, so
+    an interrupted build never leaves a truncated binary that looks built.
+    devenv builds containerd 2.x with the same unit.
+    """
+
+    name: str  # the stamp's and the log's name
+    module: Path  # the Go module the command runs in
+    packages: tuple[str, ...]
+    out_dir: Path
+    stamp: str
+    flags: tuple[str, ...] = ()  # after the verb: -p, -trimpath, -tags, -ldflags ...
+    test: bool = False  # `go test -c` (one package) instead of `go build`
+    # The binaries' names, one per package; default: each package's last path element.
+    names: tuple[str, ...] = ()
+
+    @property
+    def binaries(self) -> list[Path]:
+        names = self.names or tuple(p.rstrip("/").rsplit("/", 1)[-1] for p in self.packages)
+        return [self.out_dir / n for n in names]
+
+    @property
+    def stamp_path(self) -> Path:
+        return self.out_dir / f".{self.name}.stamp"
+
+    def up_to_date(self) -> bool:
+        if not all(os.access(b, os.X_OK) for b in self.binaries):
+            return False
+        try:
+            return self.stamp_path.read_text() == self.stamp
+        except OSError:
+            return False
+
+    def run(self, env: dict[str, str], log: Callable[[str], None], *,
+            force: bool = False) -> Result:
+        """Build unless up to date (call it inside build_lock(out_dir))."""
+        first = self.binaries[0]
+        if not force and self.up_to_date():
+            log(f"{self.name}: up to date ({first})")
+            return Result(self.name, first, False, 0.0)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{self.name}.tmp.", dir=self.out_dir) as tmp:
+            if len(self.packages) == 1:  # -o names the file (`go test -c` needs that)
+                outs = [Path(tmp) / first.name]
+                target = str(outs[0])
+            else:  # -o DIR/ writes one binary per main package into DIR, named by package
+                if self.names:
+                    raise BuildError(f"{self.name}: names are for one-package builds")
+                outs = [Path(tmp) / b.name for b in self.binaries]
+                target = tmp + "/"
+            verb = ["test", "-c"] if self.test else ["build"]
+            cmd = ["go", *verb, *self.flags, "-o", target, *self.packages]
+            log(f"{self.name}: building {' '.join(self.packages)} ...")
+            t0 = time.monotonic()
+            proc = subprocess.run(cmd, cwd=self.module, env=env, check=False)
+            dt = time.monotonic() - t0
+            if proc.returncode != 0:
+                raise BuildError(f"{self.name}: go build failed (exit {proc.returncode}) "
+                                 f"after {dt:.0f}s: {' '.join(cmd)}")
+            for out, dest in zip(outs, self.binaries, strict=True):
+                os.replace(out, dest)
+        self.stamp_path.write_text(self.stamp)
+        size = sum(b.stat().st_size for b in self.binaries) / 2**20
+        log(f"{self.name}: built in {dt:.1f}s ({size:.0f} MiB)")
+        return Result(self.name, first, True, dt)
+
+
+@contextmanager
+def build_lock(out_dir: Path, log: Callable[[str], None]) -> Iterator[None]:
+    """One build at a time per cache (two test sessions starting together):
+    the second waits, then finds the binaries up to date."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / ".build.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"another build holds {out_dir / '.build.lock'}; waiting")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def build(names: list[str] | None = None, *, version: str = K8S_VERSION,
@@ -204,51 +296,23 @@ def build(names: list[str] | None = None, *, version: str = K8S_VERSION,
     if any(n in EXTRA_COMPONENTS for n in names):
         _check_pin(E2E_MODULE)
     env = go_env()
-    go_version = _go_version(env)
+    gov = go_version(env)
     out_dir = bin_dir(version)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # One build at a time per cache (two test sessions starting together):
-    # the second waits, then finds the binaries up to date.
-    with open(out_dir / ".build.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _log(f"another build holds {out_dir / '.build.lock'}; waiting")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        return _build_locked(names, version, force, env, go_version, out_dir)
+    with build_lock(out_dir, _log):
+        return _build_locked(names, version, force, env, gov, out_dir)
 
 
 def _build_locked(names: list[str], version: str, force: bool, env: dict[str, str],
-                  go_version: str, out_dir: Path) -> list[Result]:
+                  gov: str, out_dir: Path) -> list[Result]:
     p = jobs()
     results: list[Result] = []
     total0 = time.monotonic()
     for name in names:
-        dest = binary(name, version)
-        stamp = _stamp(name, go_version, version)
-        sp = _stamp_path(name, version)
-        if not force and is_built(name, version) and sp.exists() and sp.read_text() == stamp:
-            _log(f"{name}: up to date ({dest})")
-            results.append(Result(name, dest, False, 0.0))
-            continue
-        tmp = dest.with_name(f".{name}.tmp.{os.getpid()}")
         module, pkg, kind = EXTRA_COMPONENTS.get(name) or (GO_MODULE, COMPONENTS[name], "build")
-        verb = ["test", "-c"] if kind == "test" else ["build"]
-        cmd = ["go", *verb, f"-p={p}", "-trimpath", f"-ldflags={ldflags(version)}",
-               "-o", str(tmp), pkg]
-        _log(f"{name}: building ({go_version}, -p={p}) ...")
-        t0 = time.monotonic()
-        proc = subprocess.run(cmd, cwd=module, env=env, check=False)
-        dt = time.monotonic() - t0
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise BuildError(f"{name}: go build failed (exit {proc.returncode}) "
-                             f"after {dt:.0f}s: {' '.join(cmd)}")
-        os.replace(tmp, dest)
-        sp.write_text(stamp)
-        size = dest.stat().st_size / 2**20
-        _log(f"{name}: built in {dt:.1f}s ({size:.0f} MiB)")
-        results.append(Result(name, dest, True, dt))
+        unit = GoBuild(name, module, (pkg,), out_dir, _stamp(name, gov, version),
+                       flags=(f"-p={p}", "-trimpath", f"-ldflags={ldflags(version)}"),
+                       test=kind == "test", names=(name,))  # e2e.test is not its package's name
+        results.append(unit.run(env, _log, force=force))
     _log(f"done in {time.monotonic() - total0:.1f}s -> {out_dir}")
     return results
 

@@ -40,6 +40,15 @@ LOOPBACK = "127.0.0.1"
 DEFAULT_SERVICE_CIDR = "10.0.0.0/24"
 DEFAULT_SERVICE_IP = "10.0.0.1"  # first address of the range: the `kubernetes` Service
 DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
+# kubeadm's ClusterRoleBindings that a node's kubelet API depends on (kubeadm init, phase
+# bootstrap-token / certs): the API server's own client may use every kubelet endpoint.
+BOOTSTRAP_BINDINGS = (
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "kubeadm:apiserver-kubelet-client"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBELET_CLIENT_USER}]},
+)
 
 
 class ControlPlaneError(RuntimeError):
@@ -175,9 +184,10 @@ class ControlPlane:
 
     @property
     def apiserver_kubelet_client(self) -> KeyPair:
-        """The client certificate the API server presents to kubelets (logs, exec)."""
-        return self.pki.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
-                              orgs=("system:masters",), client=True)
+        """The client certificate the API server presents to kubelets (logs, exec): CN
+        kube-apiserver-kubelet-client and no group, as kubeadm makes it; the kubelet API lets
+        it in through the ClusterRoleBinding `kubeadm:apiserver-kubelet-client` (start())."""
+        return self.pki.issue("apiserver-kubelet-client", KUBELET_CLIENT_USER, client=True)
 
     def kubectl(self, *args: str, kubeconfig: str | os.PathLike[str] | None = None,
                 input: str | bytes | None = None, check: bool = True,
@@ -224,6 +234,8 @@ class ControlPlane:
         try:
             for name in COMPONENTS:
                 self.start_component(name, deadline=deadline)
+                if name == "kube-apiserver":
+                    self._bootstrap_rbac(deadline)
             if wait_for_controllers:
                 self._wait_defaults(deadline)
         except BaseException:
@@ -472,6 +484,27 @@ class ControlPlane:
                 raise ControlPlaneError(f"{name} not healthy in time; last probe: {last}\n"
                                         "log tail:\n" + self._tail(name))
             time.sleep(0.25)
+
+    def _bootstrap_rbac(self, deadline: float) -> None:
+        """Create what kubeadm's init creates for the nodes (idempotent: 409 is fine)."""
+        ctx = self._ssl_context(client=True)
+        url = self.server_url + "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+        for binding in BOOTSTRAP_BINDINGS:
+            request = urllib.request.Request(url, data=json.dumps(binding).encode(), method="POST",
+                                             headers={"Content-Type": "application/json"})
+            while True:
+                try:
+                    with urllib.request.urlopen(request, context=ctx, timeout=5):
+                        break
+                except urllib.error.HTTPError as e:
+                    if e.code == 409:
+                        break
+                    last = f"HTTP {e.code}: {e.read().decode(errors='replace')[-500:]}"
+                except OSError as e:
+                    last = repr(e)
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(f"cannot create ClusterRoleBinding {binding['metadata']['name']}: {last}")
+                time.sleep(0.25)
 
     def _wait_defaults(self, deadline: float) -> None:
         ctx = self._ssl_context(client=True)

@@ -1,4 +1,7 @@
-"""CLI: python -m devenv {up,down,status,packages,images} [--dir DIR].
+"""CLI: python -m devenv {up,down,status,packages,images,runtime} [--dir DIR].
+
+`runtime build` builds containerd 2.x into its cache (`up` does it on first use);
+`runtime which` prints the runtime $NODEAGENT_RUNTIME selects.
 
 `up` prints only the CRI endpoint on stdout (progress goes to stderr), so that
 `export CONTAINER_RUNTIME_ENDPOINT=$(python -m devenv up)` works.
@@ -10,6 +13,7 @@ import argparse
 import sys
 import time
 
+from devenv import runtime as _runtime
 from devenv.containerd import DEFAULT_SUBNET, Containerd
 from devenv.images import build_images
 from devenv.lifecycle import DEFAULT_DIR, down, up
@@ -23,6 +27,9 @@ def _err(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["runtime"]:
+        return _runtime.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m devenv", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -36,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p_status = sub.add_parser("status", help=f"exit 0 if running, {EXIT_NOT_RUNNING} if not")
     sub.add_parser("packages", help="install missing Debian packages")
     sub.add_parser("images", help="build (or find cached) image archives, print their paths")
+    sub.add_parser("runtime", help="`runtime build`: build containerd 2.x; `runtime which`")
     for p in (p_up, p_down, p_status):
         p.add_argument("--dir", default=str(DEFAULT_DIR), help=f"base dir (default {DEFAULT_DIR})")
     args = parser.parse_args(argv)
@@ -43,10 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         t0 = time.monotonic()
         was_running = Containerd(args.dir).is_running()
-        env = up(args.dir, subnet=args.subnet, install=not args.no_install)
+        try:
+            env = up(args.dir, subnet=args.subnet, install=not args.no_install)
+        except RuntimeError as e:  # e.g. the other runtime already runs there
+            _err(str(e))
+            return 1
         state = "already running" if was_running else "started"
-        _err(f"containerd {state} (pid {env.pid()}) in {time.monotonic() - t0:.1f}s; "
-             f"log {env.log_path}")
+        v = env.version()
+        _err(f"{env.runtime.name} ({v.get('runtime_name')} {v.get('runtime_version')}) {state} "
+             f"(pid {env.pid()}) in {time.monotonic() - t0:.1f}s; log {env.log_path}")
         print(env.endpoint)
     elif args.command == "down":
         env = down(args.dir, purge=args.purge)

@@ -3,9 +3,13 @@
 Everything an instance owns lives under one base directory: root, state,
 socket, config, CNI config and IPAM data, runc state, log and pid file.
 Several instances (a test session next to `make env`) can therefore run at
-once; what containerd 1.6 keeps in global places is either redirected here
-(netns mounts, runc root, host-local dataDir) or made unique by name
-(bridge, CNI network) and removed on stop.
+once; what containerd keeps in global places is either redirected here
+(netns mounts, runc root, host-local dataDir), switched off (2.x's NRI
+socket) or made unique by name (bridge, CNI network) and removed on stop.
+
+Which containerd runs is devenv.runtime's choice ($NODEAGENT_RUNTIME:
+containerd 2.x by default, Debian's 1.6 for compatibility); each gets its
+native config (version 3 for 2.x, version 2 for 1.6) with the same settings.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ import grpc
 
 from devenv import hostclean
 from devenv.images import PAUSE_IMAGE, ImageArchive, build_images
+from devenv.packages import CRUN
 from devenv.rawcri import RawCRI
+from devenv.runtime import Runtime, selected
 
 NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin works in
 DEFAULT_SUBNET = "10.88.0.0/16"  # the subnet of DEFAULT_DIR's environment
@@ -37,6 +43,51 @@ START_TIMEOUT = 30.0
 # containerd also listens on SOCKET.ttrpc; a unix socket path has < 108 bytes.
 _MAX_SOCKET = 107 - len(".ttrpc")
 _BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Names the runtime that last used a base dir (see Containerd._claim_base_dir).
+RUNTIME_MARKER = "runtime"
+# The crun handler runs Debian 12's crun 1.8.1 through this wrapper, for two refusals of
+# that crun on these machines, neither of which concerns what it would run:
+# - hybrid cgroups: crun refuses to start anything while /sys/fs/cgroup/unified lists a
+#   controller ("cgroups in hybrid mode not supported, drop all controllers from
+#   cgroupv2"; here hugetlb, which no v1 hierarchy binds), even with its cgroup manager
+#   disabled. The wrapper runs crun in a mount namespace of its own (a slave of the host's,
+#   so mounts still propagate in) without the unified mount: crun then sees plain cgroup
+#   v1, as runc uses it here. The host's mounts are untouched.
+# - the OCI spec version: crun 1.8.1 accepts only an ociVersion containing "1.0" ("unknown
+#   version specified"); containerd 2.4 writes 1.3.0, for sandboxes too (base_runtime_spec
+#   does not reach them). A create's bundle is declared 1.1.0: the spec fields CRI fills
+#   for our pods are all 1.1 ones. containerd 1.6 writes 1.0.2-dev, left alone.
+# Every crun command goes through it; drop it with a crun that knows both.
+_CRUN_WRAPPER = """#!/bin/sh
+# written by devenv (devenv/containerd.py, _CRUN_WRAPPER): Debian's crun on these machines
+if [ -z "$NODEAGENT_CRUN_MOUNTNS" ]; then
+    controllers=
+    read -r controllers < /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null
+    if [ -n "$controllers" ]; then
+        NODEAGENT_CRUN_MOUNTNS=1 exec unshare --mount --propagation slave "$0" "$@"
+    fi
+else
+    umount -l /sys/fs/cgroup/unified || exit 1
+    unset NODEAGENT_CRUN_MOUNTNS
+fi
+bundle= prev=
+for arg in "$@"; do
+    case $prev in --bundle|-b) bundle=$arg ;; esac
+    case $arg in --bundle=*) bundle=${arg#--bundle=} ;; esac
+    prev=$arg
+done
+if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then
+    sed -i 's/^{"ociVersion":"1\\.[1-9][^"]*"/{"ociVersion":"1.1.0"/' "$bundle/config.json"
+fi
+exec @CRUN@ "$@"
+"""
+# Snapshotters that cannot work here only add errors to the log (aufs is gone in 2.x,
+# btrfs is compiled out of our 2.x build).
+_DISABLED_SNAPSHOTTERS = {
+    2: ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+        "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"],
+    3: ["io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"],
+}
 
 
 def derived_subnet(base_dir: str | os.PathLike[str]) -> str:
@@ -96,11 +147,13 @@ class Containerd:
     """One private containerd daemon with the CRI plugin, bridge CNI and our images."""
 
     def __init__(self, base_dir: str | os.PathLike[str], *, subnet: str | None = None,
-                 start_timeout: float = START_TIMEOUT) -> None:
+                 start_timeout: float = START_TIMEOUT, runtime: Runtime | None = None) -> None:
         """`subnet` None means: the one in an existing config under base_dir, else
         DEFAULT_SUBNET for DEFAULT_DIR, else one derived from base_dir (so that
-        a test session and the demo never share a subnet)."""
+        a test session and the demo never share a subnet). `runtime` None means
+        the one $NODEAGENT_RUNTIME selects (devenv.runtime.selected())."""
         self.base_dir = Path(base_dir).absolute()
+        self.runtime = runtime or selected()
         self.subnet = str(ipaddress.ip_network(subnet or self._default_subnet()))
         self.start_timeout = start_timeout
         if len(self.socket_path) > _MAX_SOCKET:
@@ -137,6 +190,22 @@ class Containerd:
         return self.base_dir / "runc"
 
     @property
+    def cdi_spec_dir(self) -> Path:
+        """Where this runtime reads CDI specs: a DRA driver writes there and the agent's
+        cdiSpecDirs names it, as on a node where both use /etc/cdi and /var/run/cdi.
+        containerd 2.x resolves CDI_devices from it; for 1.6 the agent reads it itself."""
+        return self.base_dir / "cdi"
+
+    @property
+    def crun_root(self) -> Path:
+        return self.base_dir / "crun"
+
+    @property
+    def crun_wrapper(self) -> Path:
+        """What the crun handler runs (see _CRUN_WRAPPER)."""
+        return self.base_dir / "bin" / "crun"
+
+    @property
     def log_path(self) -> Path:
         return self.base_dir / "containerd.log"
 
@@ -166,64 +235,24 @@ class Containerd:
         return derived_subnet(self.base_dir)
 
     def config_text(self) -> str:
-        """containerd's config: the defaults, plus what a private instance needs."""
-        cri = 'plugins."io.containerd.grpc.v1.cri"'
-        runtimes = f"{cri}.containerd.runtimes"
+        """containerd's config: the defaults, plus what a private instance needs,
+        in the schema of the runtime's version."""
         lines = [
-            "version = 2",
+            f"version = {self.runtime.config_version}",
             f"root = {_toml(str(self.root_dir))}",
             f"state = {_toml(str(self.state_dir))}",
-            # Snapshotters that cannot work here only add errors to the log.
-            "disabled_plugins = " + _toml([
-                "io.containerd.snapshotter.v1.aufs",
-                "io.containerd.snapshotter.v1.btrfs",
-                "io.containerd.snapshotter.v1.devmapper",
-                "io.containerd.snapshotter.v1.zfs",
-            ]),
+            "disabled_plugins = " + _toml(_DISABLED_SNAPSHOTTERS[self.runtime.config_version]),
             "",
             "[grpc]",
             f"  address = {_toml(self.socket_path)}",
             "",
-            f"[{cri}]",
-            f"  sandbox_image = {_toml(PAUSE_IMAGE)}",
-            # These machines lack CAP_SYS_RESOURCE: without this every sandbox
-            # fails ("can't get final child's PID from pipe: EOF").
-            "  restrict_oom_score_adj = true",
-            # Otherwise netns files go to the global /var/run/netns.
-            "  netns_mounts_under_state_dir = true",
-            '  stream_server_address = "127.0.0.1"',
-            '  stream_server_port = "0"',
-            # ImageFsInfo and container stats come from a snapshot-usage sweep
-            # run every this many seconds (default 10): a fresh daemon reports
-            # 0 bytes until the first sweep, which tests would have to outwait.
-            "  stats_collect_period = 1",
-            "",
-            f"[{cri}.cni]",
-            '  bin_dir = "/usr/lib/cni"',  # Debian's location, not /opt/cni/bin
-            f"  conf_dir = {_toml(str(self.cni_conf_dir))}",
-            "  max_conf_num = 1",
-            "",
-            f"[{cri}.containerd]",
-            '  snapshotter = "overlayfs"',
-            '  default_runtime_name = "runc"',
-            "",
-            f"[{runtimes}.runc]",
-            '  runtime_type = "io.containerd.runc.v2"',
-            f"[{runtimes}.runc.options]",
-            # A private runc state root: stop() can find and kill exactly our
-            # containers, even after the shims are gone.
-            f"  Root = {_toml(str(self.runc_root))}",
         ]
-        crun = shutil.which("crun")
-        if crun:  # a second handler for RuntimeClass tests, when crun is installed
-            lines += [
-                "",
-                f"[{runtimes}.crun]",
-                '  runtime_type = "io.containerd.runc.v2"',
-                f"[{runtimes}.crun.options]",
-                f"  BinaryName = {_toml(crun)}",
-                f"  Root = {_toml(str(self.base_dir / 'crun'))}",
-            ]
+        # 2.x: version 3 is native to every 2.x; 2.3+ also know a version 4 (the
+        # [grpc] listener becomes a server plugin) and migrate 3 at start-up.
+        if self.runtime.config_version == 3:
+            lines += self._cri_config_v3()
+        else:
+            lines += self._cri_config_v2()
         lines += [
             "",
             '[plugins."io.containerd.internal.v1.opt"]',
@@ -231,6 +260,99 @@ class Containerd:
             "",
         ]
         return "\n".join(lines)
+
+    # Both schemas carry the same settings; why each is there is said once, here:
+    # - sandbox image: our locally built pause (no registry can be reached);
+    # - restrict_oom_score_adj: these machines lack CAP_SYS_RESOURCE; without it
+    #   every sandbox fails ("can't get final child's PID from pipe: EOF");
+    # - netns_mounts_under_state_dir: otherwise netns files go to the global /var/run/netns;
+    # - stream server on loopback, any port;
+    # - stats_collect_period 1 s: ImageFsInfo comes from a snapshot-usage sweep
+    #   (default every 10 s); a fresh daemon reports 0 bytes until the first one,
+    #   which tests would have to outwait;
+    # - CNI: Debian's plugins in /usr/lib/cni (not /opt/cni/bin), our private conf dir;
+    # - runtime handlers runc (default) and crun (RuntimeClass tests), each with a
+    #   private state root so that stop() can find and kill exactly our containers,
+    #   even after the shims are gone.
+
+    def _runtime_handlers(self, prefix: str) -> list[str]:
+        runtimes = f"{prefix}.containerd.runtimes"
+        lines = []
+        for handler, binary, root in (("runc", None, self.runc_root),
+                                      ("crun", str(self.crun_wrapper), self.crun_root)):
+            lines += [
+                "",
+                f"[{runtimes}.{handler}]",
+                '  runtime_type = "io.containerd.runc.v2"',
+            ]
+            if self.runtime.bin_dir is not None:
+                # 2.x: our shim, by path, never a containerd-shim-runc-v2 found on PATH
+                shim = self.runtime.command("containerd-shim-runc-v2")
+                lines.append(f"  runtime_path = {_toml(shim)}")
+            lines.append(f"[{runtimes}.{handler}.options]")
+            if binary:
+                lines.append(f"  BinaryName = {_toml(binary)}")
+            lines.append(f"  Root = {_toml(str(root))}")
+        return lines
+
+    def _cri_config_v2(self) -> list[str]:
+        """containerd 1.6: everything CRI in plugins."io.containerd.grpc.v1.cri"."""
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        return [
+            f"[{cri}]",
+            f"  sandbox_image = {_toml(PAUSE_IMAGE)}",
+            "  restrict_oom_score_adj = true",
+            "  netns_mounts_under_state_dir = true",
+            '  stream_server_address = "127.0.0.1"',
+            '  stream_server_port = "0"',
+            "  stats_collect_period = 1",
+            "",
+            f"[{cri}.cni]",
+            '  bin_dir = "/usr/lib/cni"',
+            f"  conf_dir = {_toml(str(self.cni_conf_dir))}",
+            "  max_conf_num = 1",
+            "",
+            f"[{cri}.containerd]",
+            '  snapshotter = "overlayfs"',
+            '  default_runtime_name = "runc"',
+            *self._runtime_handlers(cri),
+        ]
+
+    def _cri_config_v3(self) -> list[str]:
+        """containerd 2.x: CRI split into images, runtime and the gRPC server."""
+        images = 'plugins."io.containerd.cri.v1.images"'
+        runtime = 'plugins."io.containerd.cri.v1.runtime"'
+        return [
+            f"[{images}]",
+            '  snapshotter = "overlayfs"',
+            "  stats_collect_period = 1",  # seconds (an int here, a duration in the runtime's)
+            f"[{images}.pinned_images]",
+            f"  sandbox = {_toml(PAUSE_IMAGE)}",
+            "",
+            f"[{runtime}]",
+            "  restrict_oom_score_adj = true",
+            "  netns_mounts_under_state_dir = true",
+            # private, instead of the global /etc/cdi and /var/run/cdi
+            f"  cdi_spec_dirs = {_toml([str(self.cdi_spec_dir)])}",
+            "",
+            f"[{runtime}.cni]",
+            '  bin_dirs = ["/usr/lib/cni"]',
+            f"  conf_dir = {_toml(str(self.cni_conf_dir))}",
+            "  max_conf_num = 1",
+            "",
+            f"[{runtime}.containerd]",
+            '  default_runtime_name = "runc"',
+            *self._runtime_handlers(runtime),
+            "",
+            '[plugins."io.containerd.grpc.v1.cri"]',
+            '  stream_server_address = "127.0.0.1"',
+            '  stream_server_port = "0"',
+            "",
+            # NRI (on by default in 2.x) listens on the global /var/run/nri/nri.sock,
+            # which two daemons would fight over; nodeagent uses no NRI plugin.
+            '[plugins."io.containerd.nri.v1.nri"]',
+            "  disable = true",
+        ]
 
     def cni_config(self) -> dict[str, object]:
         """bridge + host-local + portmap; lo is set up by the CRI plugin itself
@@ -259,11 +381,14 @@ class Containerd:
         }
 
     def write_config(self) -> None:
-        for d in (self.base_dir, self.cni_conf_dir, self.cni_data_dir):
+        for d in (self.base_dir, self.cni_conf_dir, self.cni_data_dir, self.cdi_spec_dir):
             d.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_text())
         conflist = self.cni_conf_dir / CONFLIST
         conflist.write_text(json.dumps(self.cni_config(), indent=2) + "\n")
+        self.crun_wrapper.parent.mkdir(exist_ok=True)
+        self.crun_wrapper.write_text(_CRUN_WRAPPER.replace("@CRUN@", CRUN.probe))
+        self.crun_wrapper.chmod(0o755)
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -290,20 +415,52 @@ class Containerd:
         Does nothing but wait when it already runs, so it is idempotent.
         """
         if not self.is_running():
+            self.runtime.ensure()  # containerd 2.x: built on first use (minutes, once)
+            self._claim_base_dir()
             self.write_config()
             env = dict(os.environ)
-            # containerd finds containerd-shim-runc-v2 and runc on PATH.
-            env["PATH"] = env.get("PATH", "") + ":" + _BASE_PATH
+            # containerd finds containerd-shim-runc-v2 (1.6) and runc on PATH.
+            env["PATH"] = self.runtime.path_env(env.get("PATH", "") + ":" + _BASE_PATH)
             with open(self.log_path, "ab") as log:
                 self._proc = subprocess.Popen(
-                    ["containerd", "--config", str(self.config_path)],
+                    [self.runtime.command("containerd"), "--config", str(self.config_path)],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     # Own session: a Ctrl-C in the terminal of `devenv up` must not
                     # reach the daemon, which is meant to outlive the command.
                     start_new_session=True, env=env, cwd=self.base_dir,
                 )
             self.pid_path.write_text(f"{self._proc.pid}\n")
+        else:
+            self._check_running_runtime()
         self.wait_ready()
+
+    def _claim_base_dir(self) -> None:
+        """Before a start: a base dir last used by the other runtime gets a fresh
+        root and state (1.6 cannot read what 2.x migrated; 2.x would silently
+        take over 1.6's pods); images are imported again by the caller."""
+        marker = self.base_dir / RUNTIME_MARKER
+        try:
+            previous = marker.read_text().strip()
+        except OSError:
+            previous = ""
+        if previous and previous != self.runtime.name:
+            self.stop(remove_pods=False)
+            shutil.rmtree(self.root_dir, ignore_errors=True)
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(self.runtime.name + "\n")
+
+    def _check_running_runtime(self) -> None:
+        """A daemon found running must be the selected runtime: `make env` on
+        2.x followed by NODEAGENT_RUNTIME=containerd1.6 would otherwise test 2.x."""
+        pid = self.pid()
+        argv = hostclean.pid_cmdline(pid) if pid is not None else []
+        want = self.runtime.command("containerd")  # as start() passes it
+        if argv and argv[0] != want:
+            raise RuntimeError(
+                f"the containerd running in {self.base_dir} ({argv[0]}) is not "
+                f"{self.runtime.name} ({want}); stop it first (`python -m devenv down "
+                f"--dir {self.base_dir}`, or `make down` for the default dir)")
 
     def wait_ready(self, timeout: float | None = None) -> dict[str, str]:
         """Poll CRI's Version until it answers; return its answer.
@@ -380,9 +537,8 @@ class Containerd:
         self._stop_daemon()
         sandboxes = self.sandbox_ids()
         hostclean.delete_runc_containers(self.runc_root)
-        crun = shutil.which("crun")
-        if crun:
-            hostclean.delete_runc_containers(self.base_dir / "crun", crun)
+        if self.crun_wrapper.exists():  # crun as the handler runs it (see _CRUN_WRAPPER)
+            hostclean.delete_runc_containers(self.crun_root, str(self.crun_wrapper))
         shims = hostclean.shims_of(self.socket_path)
         hostclean.kill_and_wait(list(shims))
         for argv in shims.values():
@@ -414,7 +570,8 @@ class Containerd:
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run `ctr` against this daemon in the CRI namespace."""
-        argv = ["ctr", "--address", self.socket_path, "--namespace", NAMESPACE, *args]
+        argv = [self.runtime.command("ctr"), "--address", self.socket_path,
+                "--namespace", NAMESPACE, *args]
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if check and done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): "

@@ -103,8 +103,9 @@ def shims_of(socket_path: str) -> dict[int, list[str]]:
 def shim_socket(argv: list[str]) -> Path | None:
     """Where a shim listens: /run/containerd/s/sha256(address/namespace/id).
 
-    Mirrors containerd 1.6 runtime/v2/shim.SocketAddress; the socket root is
-    fixed there (not under our state dir), so a killed shim leaves it behind.
+    Mirrors containerd's shim.SocketAddress (1.6 runtime/v2/shim, 2.x pkg/shim: the
+    same); the socket root is fixed there (not under our state dir), so a killed
+    shim leaves it behind.
     """
     try:
         ns = argv[argv.index("-namespace") + 1]

@@ -28,11 +28,17 @@ class Requirement:
         return shutil.which(self.probe) is not None
 
 
+# The second OCI runtime, configured as CRI runtime handler "crun" (RuntimeClass).
+CRUN = Requirement("crun", "/usr/bin/crun")
+
 # Probes are files rather than `dpkg -s`, because what matters is the tool being
 # there (and a probe is ~1000x faster than a dpkg call per package).
 REQUIREMENTS: tuple[Requirement, ...] = (
+    # containerd 1.6, the compatibility target (2.x is built by devenv.runtime);
+    # its containerd-shim-runc-v2 is only used by 1.6.
     Requirement("containerd", "/usr/bin/containerd"),
     Requirement("runc", "/usr/sbin/runc"),
+    CRUN,
     # Debian puts the CNI plugins in /usr/lib/cni, not /opt/cni/bin.
     Requirement("containernetworking-plugins", "/usr/lib/cni/bridge"),
     # The busybox image is made from this binary; it must be the static build.

@@ -42,8 +42,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until Ctrl-C)")
     args = parser.parse_args()
 
-    env = devenv.up()
-    print(f"containerd: {env.endpoint} (log {env.log_path})")
+    env = devenv.up()  # the runtime $NODEAGENT_RUNTIME selects: containerd 2.x unless containerd1.6
+    version = env.version()
+    print(f"containerd: {env.runtime.name} ({version.get('runtime_name')} {version.get('runtime_version')}) "
+          f"at {env.endpoint} (log {env.log_path})")
     manifests = WORK / "manifests"
     shutil.rmtree(manifests, ignore_errors=True)
     manifests.mkdir(parents=True)

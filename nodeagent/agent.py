@@ -31,10 +31,14 @@ from nodeagent.cluster.node import architecture
 from nodeagent.config import AgentConfig
 from nodeagent.dispatcher import Dispatcher
 from nodeagent.endpoint import Routes, serve
+from nodeagent.fdlimit import raise_to_hard_limit
 from nodeagent.kubeletserver import KubeletServer
 from nodeagent.kubeletserver import enabled as kubelet_server_enabled
 from nodeagent.lifecycle import PodState
+from nodeagent.errors import PluginError
 from nodeagent.metrics import Metrics
+from nodeagent.objects import ApiObjects, FileObjects, ObjectStore
+from nodeagent.pluginwatcher import PluginHandler, PluginWatcher, polling
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline, load
 from nodeagent.sources.static import StaticPodSource
@@ -96,8 +100,8 @@ class Handle:
     bus: Bus
     claims: ClaimStore
     """The ResourceClaims the sources know (read by the dra stage)."""
-    api: Any = None
-    """The API client (lightkube AsyncClient) in cluster mode; None when standalone."""
+    objects: ObjectStore
+    """API objects (cluster: list and watch with the node's credentials; standalone: manifests)."""
 
     @property
     def settings(self) -> AgentConfig:
@@ -137,6 +141,8 @@ class Agent:
             sinks.append(self.cluster.status_sink)
         self.status = StatusWriter(sinks, host_ip=config.node_ip, contain=self._contain)
         self.claims = ClaimStore()
+        self.objects: ApiObjects | FileObjects = ApiObjects(self.api, self.clock) if self.api is not None \
+            else FileObjects()
         self.pipeline: Pipeline | None = None
         self.dispatcher: Dispatcher | None = None
         self.services: Services | None = None
@@ -145,7 +151,14 @@ class Agent:
         self.sources: list[PodSource] = []
         """The running pod sources (a test may ask the static one to ``scan()`` now)."""
         self.endpoint_port: int | None = None
-        self.kubelet_server: KubeletServer | None = None
+        # Built here, not when it starts: a kubelet API the configuration cannot secure
+        # (no authenticator, a webhook without an API client) stops the agent before it runs.
+        self.plugin_watcher: PluginWatcher | None = None
+        """The kubelet's plugin watcher, when a stage handles a plugin type (dra: DRAPlugin)."""
+        self.kubelet_server: KubeletServer | None = (
+            KubeletServer(config, status=self.status, relister=self.relister, runtime=self.runtime,
+                          healthz=self.healthz, api=self.api)
+            if kubelet_server_enabled(config) else None)
         """The kubelet API (its ``port`` is where it listens, once it does)."""
         self.ready = anyio.Event()
 
@@ -157,7 +170,7 @@ class Agent:
             log.error("task failed before the supervisor started", task=task, error=repr(exc))
 
     def load_pipeline(self) -> Pipeline:
-        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.claims, api=self.api)
+        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.claims, self.objects)
         pipeline, warnings = load(self.config.profile, self.config.plugins, handle)
         for warning in warnings:
             log.warning(warning)
@@ -180,9 +193,11 @@ class Agent:
         # Pod directories hold secrets and tokens: no other user of the host may reach them.
         ensure_private_dir(self.config.root_dir)
         ensure_private_dir(self.config.root_dir / "pods")
+        raise_to_hard_limit()
         try:
             async with anyio.create_task_group() as tg:
                 sup = self.supervisor = Supervisor(tg, offer=self.bus.offer, clock=self.clock)
+                await sup.start(self.objects.run, name="objects")  # stages' views start as they ask
                 self._subscribe(sup, "eventlog", self._log_event)
                 self._subscribe(sup, "trace", self.trace.record)
                 self._subscribe(sup, "metrics", self.metrics.count)
@@ -192,12 +207,19 @@ class Agent:
                 await sup.start(self.relister.run, name="pleg")
                 await sup.start(self.status.run, name="status")
                 for stage in self.pipeline.stages.values():
-                    node_task = getattr(stage, "run", None)  # a stage's node-level task (dra: plugin watcher)
+                    node_task = getattr(stage, "run", None)  # a stage's node-level task (dra: its reconcile loop)
                     if node_task is not None:
                         await sup.start(node_task, name=f"stage:{stage.name}")
+                handlers = self._plugin_handlers()
+                if handlers:
+                    poll, health = polling(handlers)
+                    self.plugin_watcher = PluginWatcher(self.config.plugins_registry_dir, handlers, self.bus.publish,
+                                                        poll_seconds=poll, health_seconds=health)
+                    await sup.start(self.plugin_watcher.run, name="plugin-watcher")
                 services = Services(
                     runtime=self.runtime, clock=self.clock, node=self.node, settings=self.config,
-                    relister=self.relister, status=self.status, publish=self.bus.publish, api=self.api,
+                    relister=self.relister, status=self.status, publish=self.bus.publish,
+                    objects=self.objects,
                     admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,
                     root_dir=self.config.root_dir,
                     observe_stage_time=lambda stage, phase, s: self.metrics.stage.observe(s, stage, phase),
@@ -209,9 +231,7 @@ class Agent:
                 self._register_gauges()
                 if self.config.healthz_port:
                     self.endpoint_port = await sup.start(self._serve, name="endpoint")
-                if kubelet_server_enabled(self.config):
-                    self.kubelet_server = KubeletServer(self.config, status=self.status, relister=self.relister,
-                                                        runtime=self.runtime, healthz=self.healthz)
+                if self.kubelet_server is not None:
                     await sup.start(self.kubelet_server.run, name="kubelet-server")
                 sources = self.sources = []
                 if self.config.static_pod_path is not None:
@@ -235,6 +255,18 @@ class Agent:
         finally:
             self.bus.close()
             self.trace.close()
+
+    def _plugin_handlers(self) -> dict[str, PluginHandler]:
+        """Plugin type → the stage's handler for it (``registration_handlers()``); two stages
+        handling one type is a configuration error."""
+        handlers: dict[str, PluginHandler] = {}
+        for stage in (self.pipeline.stages.values() if self.pipeline else ()):
+            for handler in getattr(stage, "registration_handlers", lambda: [])():
+                if handler.plugin_type in handlers:
+                    raise PluginError(f"stages {handlers[handler.plugin_type]!r} and {stage.name!r} both handle "
+                                      f"plugins of type {handler.plugin_type}")
+                handlers[handler.plugin_type] = handler
+        return handlers
 
     def _subscribe(self, sup: Supervisor, name: str, handle: Callable[[ev.Event], Awaitable[None] | None]) -> None:
         """A bus subscriber under the supervisor; a fact it fails on is reported and skipped."""
@@ -314,7 +346,8 @@ class Agent:
     def plugins_info(self) -> dict[str, Any]:
         stages = self.pipeline.stages if self.pipeline else {}
         return {"order": self.pipeline.as_dict() if self.pipeline else {},
-                "stages": {n: s.describe() for n, s in stages.items() if hasattr(s, "describe")}}
+                "stages": {n: s.describe() for n, s in stages.items() if hasattr(s, "describe")},
+                "pluginWatcher": self.plugin_watcher.describe() if self.plugin_watcher is not None else None}
 
     def _register_gauges(self) -> None:
         def running() -> float:
@@ -327,6 +360,8 @@ class Agent:
         self.metrics.gauges["nodeagent_bus_queue_depth"] = depth
         if self.supervisor is not None:
             self.metrics.collectors.append(self.supervisor.render_metrics)
+        if self.kubelet_server is not None:
+            self.metrics.collectors.append(self.kubelet_server.render_metrics)
         # A stage's own series (the gang stage's nodeagent_gang_*), rendered by the stage.
         for stage in (self.pipeline.stages.values() if self.pipeline else ()):
             render = getattr(stage, "render_metrics", None)

@@ -88,6 +88,11 @@ TOPOLOGY = Topology(
             "pod workers report the outcome of every phase",
         ),
         Publisher(
+            "pluginwatcher",
+            frozenset({"PluginRejected"}),
+            "a plugin registration socket of a type no stage handles (stages publish their own registrations)",
+        ),
+        Publisher(
             "supervisor",
             frozenset({"TaskFailed"}),
             "a long-running task failed and is restarted (never blocks: dropped when a queue is full)",

@@ -53,6 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from nodeagent import logs
     from nodeagent.agent import run_forever
+    from nodeagent.config import ConfigError
     from nodeagent.errors import PluginError
 
     config = _config(args)
@@ -61,6 +62,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         anyio.run(run_forever, config, args.verbose)
     except PluginError as exc:
         print(f"nodeagent: plugin configuration error: {exc}", file=sys.stderr)
+        return 2
+    except ConfigError as exc:  # e.g. a kubelet API without any authentication
+        print(f"nodeagent: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -126,9 +130,13 @@ def cmd_lifecycle(args: argparse.Namespace) -> int:
 
 
 def cmd_wiring(args: argparse.Namespace) -> int:
+    from nodeagent import facts
     from nodeagent.bus import TOPOLOGY
+    from nodeagent.registry import DEFAULT_PROFILE, stage_classes
 
     print(TOPOLOGY.render())
+    print()
+    print(facts.render(stage_classes(DEFAULT_PROFILE)))
     return 0
 
 
@@ -208,13 +216,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     try:
         if not args.follow or args.previous:
-            for line in lr.select(lr.read(path), tail, since):
-                out.write(line.render(args.timestamps))
+            for lines in lr.stream(path, tail, since):
+                out.write(b"".join(line.render(args.timestamps) for line in lines))
             out.flush()
             return 0
-        for lines, initial in lr.follow(path, lr.writer_alive(target, container, attempt, fetch)):
-            for line in lr.select(lines, tail, since) if initial else lines:
-                out.write(line.render(args.timestamps))
+        for lines, _initial in lr.follow(path, lr.writer_alive(target, container, attempt, fetch), tail=tail,
+                                         since_nanos=since):
+            out.write(b"".join(line.render(args.timestamps) for line in lines))
             out.flush()  # a follower is read as it goes (often through a pipe)
     except KeyboardInterrupt:
         return 130

@@ -11,10 +11,11 @@ import re
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -34,20 +35,88 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message names the file, the field and why."""
 
 
+_SECTION = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+def _ttl(default: float) -> Any:
+    """The kubelet's defaulting of its webhook cache TTLs: 0 (what kubeadm writes) means the
+    default, not "no cache"."""
+    def default_zero(value: float) -> float:
+        return default if value == 0 else value
+    return AfterValidator(default_zero)
+
+
 class X509Authentication(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    model_config = _SECTION
 
     client_ca_file: Path | None = Field(default=None, alias="clientCAFile")
-    """Clients of the kubelet API must present a certificate signed by this CA (the API
-    server's --kubelet-client-certificate); unset: any TLS client is served."""
+    """Client certificates signed by this CA authenticate as CN (user) and O (groups). Unset in
+    cluster mode: the cluster CA of the kubeconfig (its certificate-authority file, or its
+    certificate-authority-data written to ``rootDir/pki/client-ca.crt``), as kubeadm points
+    the kubelet at ``/etc/kubernetes/pki/ca.crt``. Unset standalone: no x509 authentication."""
+
+
+class WebhookAuthentication(BaseModel):
+    model_config = _SECTION
+
+    enabled: bool | None = None
+    """Bearer tokens (``Authorization: Bearer``, or a websocket's
+    ``base64url.bearer.authorization.k8s.io.`` subprotocol) checked with a TokenReview through
+    the node's API client. None: on in cluster mode, off standalone (there is no API server)."""
+    cache_ttl: Annotated[Duration, _ttl(120.0)] = Field(default=120.0, ge=0, alias="cacheTTL")
+    """How long a TokenReview's answer (authenticated or not) is reused (the kubelet's 2m0s)."""
+
+
+class AnonymousAuthentication(BaseModel):
+    model_config = _SECTION
+
+    enabled: bool = False
+    """Requests no authenticator recognises are served as system:anonymous (group
+    system:unauthenticated). Off, as the kubelet's configuration file defaults it: to be asked
+    for explicitly."""
 
 
 class KubeletAuthentication(BaseModel):
-    """The kubelet's ``authentication`` section (only x509 is honoured)."""
+    """The kubelet's ``authentication`` section of the kubelet API (10250)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    model_config = _SECTION
 
     x509: X509Authentication = Field(default_factory=lambda: X509Authentication())
+    webhook: WebhookAuthentication = Field(default_factory=lambda: WebhookAuthentication())
+    anonymous: AnonymousAuthentication = Field(default_factory=lambda: AnonymousAuthentication())
+
+
+class WebhookAuthorization(BaseModel):
+    model_config = _SECTION
+
+    cache_authorized_ttl: Annotated[Duration, _ttl(300.0)] = Field(default=300.0, ge=0,
+                                                                   alias="cacheAuthorizedTTL")
+    """How long an allowing SubjectAccessReview answer is reused (the kubelet's 5m0s)."""
+    cache_unauthorized_ttl: Annotated[Duration, _ttl(30.0)] = Field(default=30.0, ge=0,
+                                                                    alias="cacheUnauthorizedTTL")
+    """How long a denying answer is reused (the kubelet's 30s)."""
+
+
+class KubeletAuthorization(BaseModel):
+    """The kubelet's ``authorization`` section of the kubelet API (10250)."""
+
+    model_config = _SECTION
+
+    mode: str | None = None
+    """``Webhook`` (a SubjectAccessReview per request, on ``nodes/<subresource>`` of this node)
+    or ``AlwaysAllow`` (every authenticated request). None: Webhook in cluster mode,
+    AlwaysAllow standalone (no API server to ask; authentication still has to be configured)."""
+    webhook: WebhookAuthorization = Field(default_factory=lambda: WebhookAuthorization())
+
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, value: str | None) -> str | None:
+        # The kubelet's BuildAuthz messages.
+        if value == "":
+            raise ValueError("no authorization mode specified")
+        if value is not None and value not in ("Webhook", "AlwaysAllow"):
+            raise ValueError(f"unknown authorization mode {value}")
+        return value
 
 
 _QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -100,6 +169,13 @@ class AgentConfig(BaseModel):
     is made under ``rootDir/pki`` at start, as the kubelet does."""
     tls_private_key_file: Path | None = None
     authentication: KubeletAuthentication = Field(default_factory=lambda: KubeletAuthentication())
+    """Who a kubelet API client is (x509, webhook, anonymous); see nodeagent/kubeletserver/authn.py."""
+    authorization: KubeletAuthorization = Field(default_factory=lambda: KubeletAuthorization())
+    """What a kubelet API client may do (Webhook, AlwaysAllow); see nodeagent/kubeletserver/authz.py."""
+    streaming_connection_idle_timeout: Duration = Field(default=4 * 3600.0, gt=0)
+    """An exec, attach or port-forward session with no bytes either way for this long is closed
+    (the kubelet's 4h0m0s; the 1.37 kubelet deprecated the field and relies on its 4 h server
+    timeouts, which apply here too)."""
     image_pull_credentials_verification_policy: Literal[
         "NeverVerify", "NeverVerifyPreloadedImages", "NeverVerifyAllowlistedImages", "AlwaysVerify",
     ] = "NeverVerifyPreloadedImages"

@@ -14,7 +14,9 @@ from urllib.parse import unquote, urlsplit
 
 import anyio
 import structlog
-from anyio.abc import SocketStream
+from anyio.abc import SocketListener, SocketStream
+
+from nodeagent.listener import ConnectionLimit, Slot, accept_loop
 
 log = structlog.get_logger("nodeagent.endpoint")
 
@@ -47,6 +49,7 @@ class Routes:
         return 404, "text/plain", "not found\n"
 
 
+LOCAL_MAX_CONNECTIONS = 256
 _REASONS = {200: "OK", 404: "Not Found", 400: "Bad Request", 500: "Internal Server Error"}
 ENDPOINT_TASK = "endpoint"
 
@@ -75,28 +78,33 @@ async def serve(routes: Routes, host: str, port: int, contain: Callable[[str, Ex
     log.info("local endpoint listening", url=f"http://{host}:{bound}")
     task_status.started(bound)
 
-    async def client(stream: SocketStream) -> None:
-        async with stream:
-            try:
-                with anyio.fail_after(10):
-                    data = b""
-                    while b"\r\n\r\n" not in data and len(data) < 65536:
-                        chunk = await stream.receive()
-                        data += chunk
-                request_line = data.split(b"\r\n", 1)[0].decode("latin-1").split()
-                if len(request_line) < 2 or request_line[0] != "GET":
-                    status, ctype, body = 400, "text/plain", "only GET is served\n"
-                else:
-                    status, ctype, body = _answer(routes, request_line[1], contain)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, TimeoutError):
-                return
-            payload = body.encode()
-            head = (f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {ctype}\r\n"
-                    f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
-            try:
-                await stream.send(head + payload)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                pass
+    async def client(stream: SocketStream, slot: Slot) -> None:
+        try:
+            with anyio.fail_after(10):
+                data = b""
+                while b"\r\n\r\n" not in data and len(data) < 65536:
+                    chunk = await stream.receive()
+                    data += chunk
+            limits.activate(slot)  # a whole request: no longer an idle socket to evict
+            request_line = data.split(b"\r\n", 1)[0].decode("latin-1").split()
+            if len(request_line) < 2 or request_line[0] != "GET":
+                status, ctype, body = 400, "text/plain", "only GET is served\n"
+            else:
+                status, ctype, body = _answer(routes, request_line[1], contain)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, TimeoutError):
+            return
+        payload = body.encode()
+        head = (f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+        try:
+            await stream.send(head + payload)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
 
-    async with listener:
-        await listener.serve(client)
+    # The kubelet API's accept loop: accept errors (EMFILE) back off instead of ending the
+    # endpoint, and idle sockets cannot pile up past the cap.
+    limits = ConnectionLimit(limit=LOCAL_MAX_CONNECTIONS)
+    async with listener, anyio.create_task_group() as tg:
+        for one in listener.listeners:  # one per address the host name resolves to
+            assert isinstance(one, SocketListener)  # what create_tcp_listener makes
+            tg.start_soon(accept_loop, one, client, limits, tg)

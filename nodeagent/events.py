@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -40,6 +41,19 @@ NODE = PodRef(uid="", name="")
 """The subject of node-wide facts (runtime became unavailable, a source failed)."""
 
 
+@dataclass(frozen=True)
+class KubeEvent:
+    """How a fact is shown as a core/v1 Event on its pod (cluster mode): what a stage's own
+    fact class says through :meth:`Event.kube_event`, so that the core needs no list of the
+    stages' fact kinds."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+    container: str = ""
+    """The container the Event's fieldPath names; "": the pod itself."""
+
+
 class Event(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -50,6 +64,10 @@ class Event(BaseModel):
     at: float = Field(default_factory=time.time)
     cause: int | None = None
     """The id of the event that caused this one, if any."""
+
+    def kube_event(self) -> KubeEvent | None:
+        """The Kubernetes Event this fact is, if any (stages' fact classes override it)."""
+        return None
 
 
 # --- sources -------------------------------------------------------------------------------
@@ -223,6 +241,17 @@ class RuntimeAvailable(Event):
     runtime: str
 
 
+class PluginRejected(Event):
+    """A plugin registration socket that no stage could take (an unknown type); the plugin was
+    told why. Rejections by a stage (a bad name, no common version) are that stage's facts."""
+
+    kind: Literal["PluginRejected"] = "PluginRejected"
+    socket: str
+    plugin: str
+    type: str
+    message: str
+
+
 class TaskFailed(Event):
     """A long-running task of the agent (a source, the relister, a sink, a server, a plugin's
     node task, a pod worker) raised; the supervisor restarts it after ``restart_in_seconds``.
@@ -269,6 +298,7 @@ AnyEvent = Annotated[
         RuntimeUnavailable,
         RuntimeAvailable,
         TaskFailed,
+        PluginRejected,
         OrphanFound,
     ],
     Field(discriminator="kind"),

@@ -6,6 +6,12 @@ Files live at ``podLogsDir/<namespace>_<name>_<uid>/<container>/<restartCount>.l
 rotates them to ``<n>.log.<timestamp>`` (older ones gzipped). Like the kubelet, we show only the
 live file of an instance (rotated files are for log shippers), and follow it across rotation.
 
+Files are read in chunks and handed on in batches; nothing holds a whole file. ``--tail``
+reads the file twice (count, then skip) instead of keeping lines; a logical line made of many
+partial records is handed on in fragments of at most ``MAX_LINE_BYTES`` (rendered, the
+fragments are the line); a "record" longer than ``MAX_RECORD_BYTES`` without a newline is
+not containerd's and is skipped.
+
 This module knows files only; which pod and container the user means is decided by the caller.
 """
 
@@ -14,11 +20,12 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from nodeagent import hostpaths
 
 _TIME = re.compile(rb"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$")
 _LOG_FILE = re.compile(r"^(\d+)\.log$")
@@ -26,6 +33,11 @@ _LOG_FILE = re.compile(r"^(\d+)\.log$")
 FOLLOW_POLL_SECONDS = 0.1
 # How often a follower asks whether the container still runs, when it has nothing to read.
 FOLLOW_ALIVE_CHECK_SECONDS = 1.0
+READ_CHUNK = 64 * 1024
+MAX_RECORD_BYTES = 1024 * 1024
+"""containerd splits lines at 16 KiB; a longer run of bytes without a newline is garbage."""
+MAX_LINE_BYTES = 256 * 1024
+"""A joined line is passed on in fragments of at most this size (plus one record)."""
 
 
 @dataclass(frozen=True)
@@ -50,9 +62,11 @@ class Line:
     stream: str
     content: bytes
     complete: bool
+    continued: bool = False
+    """A later fragment of a long line (same time as its first fragment; no prefix of its own)."""
 
     def render(self, timestamps: bool) -> bytes:
-        prefix = fixed_time(self.time) + b" " if timestamps else b""
+        prefix = fixed_time(self.time) + b" " if timestamps and not self.continued else b""
         return prefix + self.content + (b"\n" if self.complete else b"")
 
 
@@ -116,31 +130,52 @@ def parse_record(raw: bytes) -> Record | None:
 
 class Joiner:
     """Joins partial records into lines as they arrive. Partials of stdout and stderr are joined
-    separately (containerd splits each stream on its own); a line takes its first record's time."""
+    separately (containerd splits each stream on its own); a line takes its first record's time.
+    A line that grows past ``max_line`` bytes is handed on in fragments, so memory stays bounded
+    whatever a container writes without a newline; a line of the other stream that completes
+    meanwhile then comes out between two fragments, in file order, as the kubelet (which never
+    joins records) shows every record."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
         self._pending: dict[str, list[Record]] = {}
+        self._size: dict[str, int] = {}
+        self._first: dict[str, Record] = {}
+        """Per stream: the first record of a line some fragments of which were handed on."""
+        self._max = max_line
 
     def feed(self, records: Iterable[Record]) -> list[Line]:
         out = []
         for r in records:
             parts = self._pending.setdefault(r.stream, [])
             parts.append(r)
+            size = self._size[r.stream] = self._size.get(r.stream, 0) + len(r.content)
             if not r.partial:
-                out.append(self._line(parts, complete=True))
-                parts.clear()
+                out.append(self._line(r.stream, complete=True))
+            elif size >= self._max:
+                out.append(self._line(r.stream, complete=False))
         return out
 
     def flush(self) -> list[Line]:
         """The unfinished lines (the writer is gone: nobody will finish them)."""
-        out = [self._line(parts, complete=False) for parts in self._pending.values() if parts]
+        out = [self._line(stream, complete=False) for stream, parts in list(self._pending.items()) if parts]
         self._pending.clear()
+        self._size.clear()
+        self._first.clear()
         return out
 
-    @staticmethod
-    def _line(parts: list[Record], complete: bool) -> Line:
-        first = parts[0]
-        return Line(first.time, first.unix_nanos, first.stream, b"".join(p.content for p in parts), complete)
+    def _line(self, stream: str, complete: bool) -> Line:
+        parts = self._pending[stream]
+        first = self._first.get(stream)
+        start = first or parts[0]
+        line = Line(start.time, start.unix_nanos, stream, b"".join(p.content for p in parts), complete,
+                    continued=first is not None)
+        if complete:
+            self._first.pop(stream, None)
+        elif first is None:
+            self._first[stream] = start
+        parts.clear()
+        self._size[stream] = 0
+        return line
 
 
 def join(records: Iterable[Record]) -> list[Line]:
@@ -148,29 +183,86 @@ def join(records: Iterable[Record]) -> list[Line]:
     return joiner.feed(records) + joiner.flush()
 
 
+class Selection:
+    """``--since`` then ``--tail`` over lines that arrive in batches: a line is kept when its
+    (first record's) time is at or after ``since_nanos`` and it is not among the first ``skip``
+    such lines; a fragment goes with the line it continues."""
+
+    def __init__(self, since_nanos: int | None = None, skip: int = 0) -> None:
+        self.since = since_nanos
+        self.skip = skip
+        self.seen = 0
+        self._open: dict[str, bool] = {}
+
+    def __call__(self, lines: Iterable[Line]) -> list[Line]:
+        out = []
+        for line in lines:
+            if line.continued:
+                keep = self._open.get(line.stream, False)
+            else:
+                keep = self.since is None or line.unix_nanos >= self.since
+                if keep:
+                    keep = self.seen >= self.skip
+                    self.seen += 1
+                self._open[line.stream] = keep
+            if keep:
+                out.append(line)
+        return out
+
+
+def _skip_for(total: int, tail: int | None) -> int:
+    return 0 if tail is None or tail < 0 else max(0, total - tail)
+
+
 def select(lines: Iterable[Line], tail: int | None = None, since_nanos: int | None = None) -> list[Line]:
     """``--since`` then ``--tail``, as kubectl applies them (tail counts what since kept)."""
-    kept: Iterable[Line] = lines
-    if since_nanos is not None:
-        kept = (line for line in kept if line.unix_nanos >= since_nanos)
-    if tail is not None and tail >= 0:
-        return list(deque(kept, maxlen=tail)) if tail else []
-    return list(kept)
+    lines = list(lines)
+    counting = Selection(since_nanos, skip=len(lines) + 1)
+    counting(lines)
+    return Selection(since_nanos, _skip_for(counting.seen, tail))(lines)
 
 
-def _complete_lines(f: BinaryIO, carry: bytearray) -> list[bytes]:
-    """Read what ``f`` has now; return the newline-terminated lines, keep the rest in ``carry``
-    (a line containerd is in the middle of writing)."""
-    chunk = f.read()
-    if not chunk:
-        return []
-    carry += chunk
-    cut = carry.rfind(b"\n")
-    if cut < 0:
-        return []
-    lines = bytes(carry[: cut + 1]).splitlines(keepends=True)
-    del carry[: cut + 1]
-    return lines
+class _Chunks:
+    """Complete raw lines of a file, read a chunk at a time. What follows the last newline is
+    kept for the next read (a line containerd is in the middle of writing), up to
+    MAX_RECORD_BYTES; past that it is dropped up to the next newline."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f = f
+        self._carry = bytearray()
+        self._skipping = False
+
+    def read(self, limit: int | None = None) -> list[bytes] | None:
+        """The complete lines in the next chunk ([] if none completed), None at end of file."""
+        size = READ_CHUNK if limit is None else min(READ_CHUNK, limit)
+        if size <= 0:
+            return None
+        chunk = self.f.read(size)
+        if not chunk:
+            return None
+        if self._skipping:
+            cut = chunk.find(b"\n")
+            if cut < 0:
+                return []
+            chunk = chunk[cut + 1:]
+            self._skipping = False
+        self._carry += chunk
+        cut = self._carry.rfind(b"\n")
+        if cut < 0:
+            if len(self._carry) > MAX_RECORD_BYTES:
+                self._carry.clear()
+                self._skipping = True
+            return []
+        # On newlines only: a record's content may hold \r (a progress bar), which
+        # bytes.splitlines would cut the record at.
+        lines = bytes(self._carry[:cut]).split(b"\n")
+        del self._carry[: cut + 1]
+        return lines
+
+    def restart(self, f: BinaryIO) -> None:
+        self.f = f
+        self._carry.clear()
+        self._skipping = False
 
 
 def _records(raw_lines: Iterable[bytes]) -> Iterator[Record]:
@@ -180,19 +272,83 @@ def _records(raw_lines: Iterable[bytes]) -> Iterator[Record]:
             yield record
 
 
-def read(path: Path) -> list[Line]:
-    """Every line of one log file, partials joined."""
+def _batches(f: BinaryIO, end: int, joiner: Joiner) -> Iterator[list[Line]]:
+    """Lines of ``f`` from where it is up to byte ``end``, a chunk's worth at a time."""
+    chunks = _Chunks(f)
+    while True:
+        raw = chunks.read(end - f.tell())
+        if raw is None:
+            return
+        if raw:
+            yield joiner.feed(_records(raw))
+
+
+def _count(path: Path, end: int, since_nanos: int | None, flush: bool) -> int:
+    """How many lines ``--since`` keeps among the first ``end`` bytes (the first pass of --tail)."""
+    if since_nanos is None:
+        return _count_lines(path, end, flush)
+    counting = Selection(since_nanos, skip=1 << 62)
+    joiner = Joiner()
     with open(path, "rb") as f:
-        return join(_records(_complete_lines(f, bytearray())))
+        for lines in _batches(f, end, joiner):
+            counting(lines)
+    if flush:
+        counting(joiner.flush())
+    return counting.seen
 
 
-def follow(path: Path, alive: Callable[[], bool], *, poll: float = FOLLOW_POLL_SECONDS,
+def _count_lines(path: Path, end: int, flush: bool) -> int:
+    """Lines without --since: every F record ends one, and a stream whose last record is P has
+    one more, unfinished (if ``flush``). No times parsed, no lines built."""
+    complete = 0
+    last_partial: dict[bytes, bool] = {}
+    with open(path, "rb") as f:
+        chunks = _Chunks(f)
+        while (raw := chunks.read(end - f.tell())) is not None:
+            for record in raw:
+                parts = record.split(b" ", 3)
+                if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr") or not _TIME.match(parts[0]):
+                    continue
+                tag = parts[2].split(b":", 1)[0]
+                if tag == b"F":
+                    complete += 1
+                    last_partial[parts[1]] = False
+                elif tag == b"P":
+                    last_partial[parts[1]] = True
+    return complete + (sum(last_partial.values()) if flush else 0)
+
+
+def stream(path: Path, tail: int | None = None, since_nanos: int | None = None) -> Iterator[list[Line]]:
+    """The lines of one log file as it is now, ``--since`` and ``--tail`` applied, in batches
+    of about a chunk; partials the writer has not finished come last, unfinished."""
+    with open(path, "rb") as f:
+        end = os.fstat(f.fileno()).st_size
+        skip = _skip_for(_count(path, end, since_nanos, flush=True), tail) if tail is not None else 0
+        selection = Selection(since_nanos, skip)
+        joiner = Joiner()
+        for lines in _batches(f, end, joiner):
+            kept = selection(lines)
+            if kept:
+                yield kept
+        kept = selection(joiner.flush())
+        if kept:
+            yield kept
+
+
+def read(path: Path) -> list[Line]:
+    """Every line of one log file, partials joined (for small files: tests, conformance)."""
+    return [line for batch in stream(path) for line in batch]
+
+
+def follow(path: Path, alive: Callable[[], bool], *, tail: int | None = None, since_nanos: int | None = None,
+           poll: float = FOLLOW_POLL_SECONDS,
            alive_every: float = FOLLOW_ALIVE_CHECK_SECONDS) -> Iterator[tuple[list[Line], bool]]:
     """Read ``path`` and keep reading it as it grows, across rotation, until ``alive()`` says the
     writer is gone (then what is left is read and the iteration ends).
 
-    Yields ``(lines, initial)``: first once with everything already in the file (``initial``
-    True, so the caller can apply --tail and --since), then batches of new lines.
+    Yields ``(lines, initial)``: first what is already in the file, ``--tail`` and ``--since``
+    applied (``initial`` True; possibly several batches, possibly none), then batches of new
+    lines (``--since`` still applied, as the kubelet does).
 
     Rotation renames the file and has the runtime reopen it at the same path: when the path
     names another file (or none), the old one is read to its end before the new one is opened
@@ -200,33 +356,55 @@ def follow(path: Path, alive: Callable[[], bool], *, poll: float = FOLLOW_POLL_S
     """
     f = open(path, "rb")  # noqa: SIM115 - it is swapped for the new file on rotation
     try:
-        carry = bytearray()
+        end = os.fstat(f.fileno()).st_size
+        skip = _skip_for(_count(path, end, since_nanos, flush=False), tail) if tail is not None else 0
+        selection = Selection(since_nanos, skip)
         joiner = Joiner()
-        yield joiner.feed(_records(_complete_lines(f, carry))), True
+        chunks = _Chunks(f)
+        while True:  # what is there: up to the size at open, so a fast writer cannot make it endless
+            raw = chunks.read(end - f.tell())
+            if raw is None:
+                break
+            if raw:
+                kept = selection(joiner.feed(_records(raw)))
+                if kept:
+                    yield kept, True
         last_alive_check = time.monotonic()
         while True:
-            got = _complete_lines(f, carry)
-            if got:
-                yield joiner.feed(_records(got)), False
+            got = chunks.read()
+            if got is not None:
+                kept = selection(joiner.feed(_records(got)))
+                if kept:
+                    yield kept, False
                 continue
             if _rotated(path, f):
-                rest = _complete_lines(f, carry)
+                rest: list[Line] = []
+                while (more := chunks.read()) is not None:
+                    rest += selection(joiner.feed(_records(more)))
+                    if len(rest) > 256:
+                        yield rest, False
+                        rest = []
                 try:
                     new = open(path, "rb")  # noqa: SIM115
                 except FileNotFoundError:
                     new = None  # renamed, not yet reopened by the runtime: look again soon
                 if new is not None:
                     f.close()
-                    f, carry = new, bytearray()
+                    f = new
+                    chunks.restart(f)
                 if rest:
-                    yield joiner.feed(_records(rest)), False
+                    yield rest, False
                 if new is not None:
                     continue
             now = time.monotonic()
             if now - last_alive_check >= alive_every:
                 last_alive_check = now
                 if not alive():
-                    yield joiner.feed(_records(_complete_lines(f, carry))) + joiner.flush(), False
+                    rest = []
+                    while (more := chunks.read()) is not None:
+                        rest += selection(joiner.feed(_records(more)))
+                    rest += selection(joiner.flush())
+                    yield rest, False
                     return
             time.sleep(poll)
     finally:
@@ -246,7 +424,16 @@ def _rotated(path: Path, f: BinaryIO) -> bool:
 
 
 def pod_log_dir(pod_logs_dir: Path, namespace: str, name: str, uid: str) -> Path:
-    return pod_logs_dir / f"{namespace}_{name}_{uid}"
+    """``<namespace>_<name>_<uid>`` (hashed to fit a file name when longer: :func:`scan` does
+    not find such a directory; the agent's rows do)."""
+    return hostpaths.pod_log_dir(pod_logs_dir, namespace, name, uid)
+
+
+def _container_dir(target: Target, container: str) -> Path:
+    try:
+        return hostpaths.container_log_dir(target.pod.path, container)
+    except hostpaths.UnsafeName as exc:
+        raise LogsError(str(exc)) from None
 
 
 def attempts(container_dir: Path) -> list[int]:
@@ -373,7 +560,7 @@ def choose_container(target: Target, container: str | None) -> str:
 def log_file(target: Target, container: str, previous: bool = False) -> tuple[Path, int]:
     """The live log file of the container's current instance (or of the one before it), and
     that instance's restart count. The kubelet's messages when there is none."""
-    directory = target.pod.path / container
+    directory = _container_dir(target, container)
     found = attempts(directory)
     pod = target.pod.name
     if not found:
@@ -393,7 +580,7 @@ def writer_alive(target: Target, container: str, attempt: int,
     """For ``follow``: False once the followed instance will write no more — a newer instance
     has a log file, the pod's logs are gone, or the agent shows the instance not running (or
     has forgotten the pod). Without an agent only the files can tell."""
-    directory = target.pod.path / container
+    directory = _container_dir(target, container)
 
     def alive() -> bool:
         found = attempts(directory)
@@ -414,6 +601,6 @@ def writer_alive(target: Target, container: str, attempt: int,
     return alive
 
 
-__all__ = ["Joiner", "Line", "LogsError", "PodDir", "Record", "Target", "attempts", "choose_container", "find_pod",
-           "fixed_time", "follow", "join", "log_file", "parse_record", "parse_since", "parse_time", "pod_log_dir",
-           "read", "scan", "select", "writer_alive"]
+__all__ = ["Joiner", "Line", "LogsError", "PodDir", "Record", "Selection", "Target", "attempts", "choose_container",
+           "find_pod", "fixed_time", "follow", "join", "log_file", "parse_record", "parse_since", "parse_time",
+           "pod_log_dir", "read", "scan", "select", "stream", "writer_alive"]

@@ -323,7 +323,7 @@ class PodSecurityContext(_ApiModel):
     supplemental_groups: list[int] = Field(default_factory=list)
     fs_group: int | None = None
     """Added to every container's supplemental groups; emptyDir, configMap, secret, projected
-    and downwardAPI volumes are given to this group (plugins/volumes/ownership.py)."""
+    and downwardAPI volumes are given to this group (nodeagent/volumeutil/ownership.py)."""
     fs_group_change_policy: Literal["OnRootMismatch", "Always"] | None = None
     """As in the kubelet, it only shortens the ownership walk of persistent volumes: the
     volume types nodeagent implements are always walked."""
@@ -562,7 +562,7 @@ class PodSpec(_ApiModel):
     image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list)
     """Registry credentials for pulls, read from the API by the runtime stage
     (plugins/runtime/pullsecrets.py); standalone, reported unhonoured by plugins/apivolumes."""
-    # Re-checked at admission against the Node's labels (plugins/nodeaffinity.py); of
+    # Re-checked at admission against the Node's labels (nodeagent/kube/nodeaffinity.py); of
     # spec.affinity only nodeAffinity's required terms matter to a node, the rest is the
     # scheduler's.
     node_selector: dict[str, str] = Field(default_factory=dict)

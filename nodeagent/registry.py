@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from nodeagent import facts
 from nodeagent.errors import PluginError
 from nodeagent.stages import PHASE_BASES, PHASE_SPECS, AgentHandle, Phase, Stage, phases_of
 
@@ -158,7 +159,11 @@ def resolve(
         chain = configured[source]
         order[phase] = tuple(reversed(chain)) if reverse else tuple(chain)
     used = {s.name for chain in order.values() for s in chain}
-    return Pipeline(stages={n: s for n, s in available.items() if n in used}, order=order)
+    stages = {n: s for n, s in available.items() if n in used}
+    problems = facts.missing_providers(stages)
+    if problems:
+        raise PluginError("; ".join(problems) + f" (stages in the profile: {sorted(stages)})")
+    return Pipeline(stages=stages, order=order)
 
 
 def load(
@@ -197,6 +202,25 @@ def load(
         f"plugin {name!r} is installed but no profile phase uses it" for name in sorted(set(eps) - wanted)
     ]
     return resolve(profile, instances), warnings
+
+
+def stage_classes(profile: Mapping[str, Sequence[str]], eps: Mapping[str, EntryPoint] | None = None
+                  ) -> dict[str, type[Stage]]:
+    """The classes of the installed stages the profile names, without making them (for
+    ``nodeagent wiring``: the fact graph is declared on the classes)."""
+    eps = dict(eps if eps is not None else discover())
+    out: dict[str, type[Stage]] = {}
+    for name in sorted({n for names in profile.values() for n in names}):
+        if name not in eps:
+            continue
+        try:
+            factory = eps[name].load()
+        except Exception:  # noqa: BLE001 - `nodeagent plugins` reports broken plugins
+            continue
+        cls = getattr(factory, "stage_class", None) or factory
+        if isinstance(cls, type) and issubclass(cls, Stage):
+            out[name] = cls
+    return out
 
 
 def installed_phases(eps: Iterable[EntryPoint]) -> dict[str, list[str]]:

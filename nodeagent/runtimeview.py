@@ -85,6 +85,17 @@ class PodRuntime:
     def running(self) -> list[ContainerRecord]:
         return [c for c in self.containers if c.running]
 
+    def newest_sandbox(self) -> SandboxRecord | None:
+        return max(self.sandboxes, key=lambda s: s.created_at) if self.sandboxes else None
+
+    def latest_in(self, sandbox_id: str, since: int = 0) -> dict[str, ContainerRecord]:
+        """The newest instance of each container in ``sandbox_id`` (made after ``since``, ns)."""
+        found: dict[str, ContainerRecord] = {}
+        for c in sorted(self.containers, key=lambda c: (c.attempt, c.created_at)):
+            if c.sandbox_id == sandbox_id and c.created_at > since:
+                found[c.name] = c
+        return found
+
 
 EMPTY = PodRuntime(uid="")
 

@@ -33,11 +33,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from nodeagent.clock import Clock
 from nodeagent.events import Event, PodRef
+from nodeagent.facts import Fact, FactAccess
 from nodeagent.model import Pod
 from nodeagent.stash import Stash
 
 if TYPE_CHECKING:
     from cri import RuntimeClient
+    from nodeagent.additions import AdditionsAccess
+    from nodeagent.objects import ObjectStore
     from nodeagent.runtimeview import PodRuntime
 
 
@@ -187,6 +190,7 @@ class PodContext(Protocol):
     runtime: RuntimeClient
     clock: Clock
     stash: Stash
+    """What this stage keeps about the pod for itself (nobody else reads it)."""
     node: NodeInfo
     log: Any
     """A structlog logger bound to the pod and ``stage=``."""
@@ -206,9 +210,17 @@ class PodContext(Protocol):
         """The agent's configuration (read-only)."""
 
     @property
-    def api(self) -> Any:
-        """The Kubernetes API client (lightkube AsyncClient) in cluster mode; None standalone.
-        Stages that read API objects (configMaps, secrets, claims) use it; none opens its own."""
+    def objects(self) -> ObjectStore:
+        """The agent's object store (see AgentHandle.objects)."""
+
+    @property
+    def additions(self) -> AdditionsAccess:
+        """(prepare) The mounts, devices and env this stage gives the pod's containers; the
+        runtime stage merges every stage's (nodeagent.additions)."""
+
+    @property
+    def facts(self) -> FactAccess:
+        """The pod's shared facts this stage declared (``provides``, ``requires``, ``uses``)."""
 
     @property
     def pod_dir(self) -> Path:
@@ -217,6 +229,11 @@ class PodContext(Protocol):
     @property
     def observed(self) -> PodRuntime:
         """What the runtime relister last saw of this pod (sandboxes, containers, statuses)."""
+
+    async def pod_changed(self, since: Pod, timeout: float) -> bool:
+        """(observe) True as soon as ``ctx.pod`` is a newer spec than ``since`` (labels,
+        annotations, resources edited in the API, an edited manifest's metadata); False after
+        ``timeout`` seconds on ``ctx.clock`` without one. The pod's change feed: no polling."""
 
     async def runtime_changed(self, timeout: float | None = None) -> None:
         """Return when the relister saw a change for this pod (or ``timeout`` passed)."""
@@ -247,9 +264,17 @@ class PodContext(Protocol):
 
 
 class Stage(ABC):
-    """Base of every stage plugin. ``name`` = entry-point name = config section = log ``stage=``."""
+    """Base of every stage plugin. ``name`` = entry-point name = config section = log ``stage=``.
+
+    ``provides`` / ``requires`` / ``uses``: the per-pod facts (nodeagent.facts) the stage
+    publishes, cannot work without, and reads when they are there. The registry checks that
+    every required fact has a provider in the profile; ``ctx.facts`` lets a stage touch only
+    what it declared."""
 
     name: ClassVar[str]
+    provides: ClassVar[tuple[Fact[Any], ...]] = ()
+    requires: ClassVar[tuple[Fact[Any], ...]] = ()
+    uses: ClassVar[tuple[Fact[Any], ...]] = ()
 
 
 class Admit(Stage):
@@ -380,8 +405,10 @@ class AgentHandle(Protocol):
     runtime: RuntimeClient
     clock: Clock
     node: NodeInfo
-    api: Any
-    """The Kubernetes API client in cluster mode; None standalone."""
+    objects: ObjectStore
+    """API objects with the node's credentials (nodeagent.objects): views kept current by list
+    and watch, cached reads by name, the few writes stages make. Standalone: the documents
+    beside the static pods. A stage never opens a client of its own."""
 
     @property
     def settings(self) -> Any: ...

@@ -19,13 +19,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
+import structlog
 
-from nodeagent import quantity
+from nodeagent import hostpaths, quantity
 from nodeagent.backoff import Backoff
 from nodeagent.events import PodRef
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
 from nodeagent.statefile import write_atomic
+
+
+_log = structlog.get_logger("nodeagent.status")
 
 
 def rfc3339(ts: float) -> str:
@@ -60,16 +64,28 @@ class FileSink:
         directory.mkdir(mode=0o750, parents=True, exist_ok=True)
 
     def path(self, ref: PodRef) -> Path:
-        return self.directory / f"{ref.namespace}_{ref.name}_{ref.uid}.json"
+        """``<namespace>_<name>_<uid>.json``, hashed to fit a file name when longer; raises
+        :class:`~nodeagent.hostpaths.UnsafeName` for names that are no path component."""
+        return hostpaths.status_file(self.directory, ref.namespace, ref.name, ref.uid)
 
     async def write(self, ref: PodRef, status: Mapping[str, Any]) -> None:
+        try:
+            path = self.path(ref)
+        except hostpaths.UnsafeName as exc:
+            # Such a pod is rejected before any stage; its status stays in memory (/pods).
+            _log.warning("status file not written: the pod's names are no file name", pod=str(ref), error=str(exc))
+            return
         # One line (``jq .`` shows it indented): with ``indent`` json falls back from its C
         # encoder to the pure-Python one, ~5x the CPU, paid on every status change of every pod.
         data = json.dumps({"pod": ref.model_dump(), "status": status}, sort_keys=True, separators=(",", ":"))
-        await anyio.to_thread.run_sync(write_atomic, self.path(ref), data)
+        await anyio.to_thread.run_sync(write_atomic, path, data)
 
     async def forget(self, ref: PodRef) -> None:
-        self.path(ref).unlink(missing_ok=True)
+        try:
+            path = self.path(ref)
+        except hostpaths.UnsafeName:
+            return  # never written
+        path.unlink(missing_ok=True)
 
 
 @dataclass

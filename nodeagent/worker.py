@@ -17,18 +17,21 @@ from typing import Any, Literal
 import anyio
 import structlog
 
-from cri import CriError, RuntimeClient
+from cri import RuntimeClient
 from nodeagent import events as ev
+from nodeagent import hostpaths
+from nodeagent.additions import CONTAINER_ADDITIONS, AdditionsAccess, PodAdditions
 from nodeagent.admission import AdmissionCycle
 from nodeagent.clock import Clock
-from nodeagent.errors import Permanent, Retryable
+from nodeagent.facts import PodFacts
 from nodeagent.lifecycle import Lifecycle, PodState, Trigger
 from nodeagent.model import Pod, unhonoured_fields
+from nodeagent.objects import FileObjects, ObjectStore
+from nodeagent.pipeline import Answer, PhaseRunner, RetryBudget
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline
 from nodeagent.runtimeview import PodRuntime
 from nodeagent.stages import (
-    PHASE_SPECS,
     Cleanup,
     NodeInfo,
     Observe,
@@ -42,6 +45,8 @@ from nodeagent.stages import (
     Verdict,
 )
 from nodeagent.stash import Stash
+from nodeagent.unsupported import refusal
+from nodeagent.waits import first_of
 from nodeagent.status import StatusWriter
 
 log = structlog.get_logger("nodeagent.worker")
@@ -55,6 +60,9 @@ SETUP_CONCURRENCY = 16
 RETRY_INITIAL_SECONDS = 1.0
 # A pod condition, so that `kubectl get pod -o yaml` users see what we ignored.
 UNHONOURED_CONDITION = "nodeagent.io/UnhonouredFields"
+UNSAFE_NAMES = "UnsafePodNames"
+"""Rejection reason of a pod whose UID, name, namespace, container or volume names cannot be
+host path components (nodeagent/hostpaths.py); the API server never lets one through."""
 RETRY_MAX_SECONDS = 30.0
 
 
@@ -72,14 +80,20 @@ class Services:
     admission: AdmissionCycle
     pipeline: Pipeline
     root_dir: Path
-    api: Any = None
-    """The Kubernetes API client in cluster mode (lightkube AsyncClient); None when standalone."""
+    objects: ObjectStore = field(default_factory=FileObjects)
+    """The agent's object store (nodeagent.objects); stages reach it as ``ctx.objects``
+    (standalone and in tests without an API: the manifest-backed store, empty)."""
     setup_slots: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(SETUP_CONCURRENCY))
     """Pods in prepare or start at once. The runtime serialises much of the work anyway; with
     every pod in flight each one finishes near the end of a burst, so a bound roughly halves
     the median start latency of 110 pods (benchmarks/RESULTS.md) without slowing the last."""
     observe_stage_time: Callable[[str, str, float], None] = lambda stage, phase, seconds: None
     observe_pod_start: Callable[[float], None] = lambda seconds: None
+    runner: PhaseRunner = field(init=False)
+    """Calls the stages of every phase (nodeagent.pipeline), the admission cycle's too."""
+
+    def __post_init__(self) -> None:
+        self.runner = PhaseRunner(self.pipeline)
 
 
 class StageContext:
@@ -93,6 +107,12 @@ class StageContext:
         self.clock = services.clock
         self.node = services.node
         self.stash = worker.stash
+        declared = services.pipeline.stages.get(stage)
+        provides = getattr(declared, "provides", ())
+        reads = (*getattr(declared, "requires", ()), *getattr(declared, "uses", ()))
+        self.facts = worker.facts.access(stage, provides, reads)
+        self.additions = AdditionsAccess(worker.additions, stage, CONTAINER_ADDITIONS in provides,
+                                         CONTAINER_ADDITIONS in reads)
         self._status = services.status.reporter(worker.ref.uid)
         self.log = log.bind(pod=str(worker.ref), uid=worker.ref.uid, stage=stage)
 
@@ -113,16 +133,21 @@ class StageContext:
         return self._worker.services.settings
 
     @property
-    def api(self) -> Any:
-        return self._worker.services.api
+    def objects(self) -> ObjectStore:
+        return self._worker.services.objects
 
     @property
     def pod_dir(self) -> Path:
-        return self._worker.services.root_dir / "pods" / self._worker.ref.uid
+        return hostpaths.pod_dir(self._worker.services.root_dir, self._worker.ref.uid)
 
     @property
     def observed(self) -> PodRuntime:
         return self._worker.services.relister.pod(self._worker.ref.uid)
+
+    async def pod_changed(self, since: Pod, timeout: float) -> bool:
+        if self.pod is not since:
+            return True
+        return await first_of(self._worker.spec_changed.wait(), self.clock.sleep(timeout)) == 0
 
     async def runtime_changed(self, timeout: float | None = None) -> None:
         await self._worker.services.relister.wait_changed(self._worker.ref.uid, timeout)
@@ -160,6 +185,12 @@ class PodWorker:
         self.services = services
         self.cause = cause
         self.stash = Stash()
+        self.facts = PodFacts()
+        """What stages share about the pod (nodeagent.facts), declared by each."""
+        self.additions = PodAdditions()
+        """What prepare stages give the pod's containers (nodeagent.additions)."""
+        self.budget = RetryBudget()
+        """Unexpected stage failures so far: a stage that keeps failing fails the pod."""
         self.lifecycle = Lifecycle()
         self.predecessor = predecessor
         self.observed_at = time.monotonic()
@@ -171,6 +202,8 @@ class PodWorker:
         self.forget_requested = False
         self.wake = anyio.Event()
         self.permit_wake = anyio.Event()
+        self.spec_changed = anyio.Event()
+        """Set (and replaced) whenever ``pod`` becomes a newer spec (StageContext.pod_changed)."""
         self.completed_phase: str | None = None
         self._stopped = False
         self._setup_scope: anyio.CancelScope | None = None
@@ -281,7 +314,16 @@ class PodWorker:
         return result
 
     async def _admit(self) -> Result:
-        result, stage = await self.services.admission.admit(self.pod, self._stage_answered)
+        problem = hostpaths.pod_problem(self.pod)
+        refused = refusal(self.pod)
+        if problem is not None:
+            # Before any stage: a name that cannot be a host path component never reaches one.
+            result, stage = Result.reject(UNSAFE_NAMES, f"pod names cannot be host paths: {problem}"), "worker"
+        elif refused is not None:
+            # Refuse, never ignore: the pod would run without something it asks for.
+            result, stage = Result.reject(refused.reason, refused.message), "worker"
+        else:
+            result, stage = await self.services.admission.admit(self.pod, self._answered)
         if result.verdict is Verdict.REJECT:
             self.services.status.reporter(self.ref.uid).set_pod_reason(result.reason, result.message)
             self._to(Trigger.REJECT)
@@ -292,10 +334,18 @@ class PodWorker:
         await self._emit(ev.PodAdmitted())
         return result
 
-    async def _stage_answered(self, stage: str, phase: Phase, result: Result, seconds: float) -> None:
-        self.services.observe_stage_time(stage, phase.value, seconds)
-        await self._emit(ev.StageCompleted(phase=phase.value, verdict=result.verdict.value, duration_seconds=seconds,
-                                           reason=result.reason, message=result.message), source=stage)
+    async def _answered(self, answer: Answer) -> None:
+        """Every stage's answer in every phase (from the phase runner): a metric and a fact."""
+        self.services.observe_stage_time(answer.stage, answer.phase.value, answer.seconds)
+        result = answer.result
+        if answer.error is not None:
+            await self._emit(ev.StageFailed(phase=answer.phase.value, error=str(answer.error),
+                                            retryable=result.verdict is Verdict.RETRY,
+                                            duration_seconds=answer.seconds), source=answer.stage)
+            return
+        await self._emit(ev.StageCompleted(phase=answer.phase.value, verdict=result.verdict.value,
+                                           duration_seconds=answer.seconds, reason=result.reason,
+                                           message=result.message), source=answer.stage)
 
     async def _setup(self) -> Result:
         self._to(Trigger.PREPARE)
@@ -320,7 +370,7 @@ class PodWorker:
 
     @property
     def pod_dir(self) -> Path:
-        return self.services.root_dir / "pods" / self.ref.uid
+        return hostpaths.pod_dir(self.services.root_dir, self.ref.uid)
 
     async def _phase_with_retry(self, phase: Phase) -> Result:
         delay = RETRY_INITIAL_SECONDS
@@ -339,45 +389,19 @@ class PodWorker:
         if self._pending is not None:
             self.pod, self._pending = self._pending, None
             self.services.status.track(self.ref, self.pod)
+            changed, self.spec_changed = self.spec_changed, anyio.Event()
+            changed.set()
 
     async def _run_phase(self, phase: Phase) -> Result:
-        """Run every stage of ``phase`` in order; the first answer other than CONTINUE/SKIP
-        decides. Exceptions become verdicts here, once."""
+        """Every stage of ``phase`` through the phase runner (nodeagent.pipeline): the first
+        answer other than CONTINUE/SKIP decides; exceptions become verdicts there, once."""
+        def call(stage: Stage) -> Awaitable[Result | None]:
+            return getattr(stage, phase.value)(StageContext(self, stage.name))  # type: ignore[no-any-return]
+
         if phase in (Phase.PREPARE, Phase.START):
             async with self.services.setup_slots:
-                return await self._run_stages(phase)
-        return await self._run_stages(phase)
-
-    async def _run_stages(self, phase: Phase) -> Result:
-        for stage in self.services.pipeline[phase]:
-            ctx = StageContext(self, stage.name)
-            begin = time.monotonic()
-            try:
-                result = await getattr(stage, phase.value)(ctx)
-            except Retryable as exc:
-                result = await self._failed(stage, phase, exc, begin, Result.retry(exc.reason, str(exc)))
-            except Permanent as exc:
-                result = await self._failed(stage, phase, exc, begin, Result.reject(exc.reason, str(exc)))
-            except CriError as exc:
-                result = await self._failed(stage, phase, exc, begin, Result.retry(type(exc).__name__, str(exc)))
-            except Exception as exc:  # a stage bug: report it, keep the agent and other pods alive
-                ctx.log.exception("stage raised", phase=phase.value)
-                result = await self._failed(stage, phase, exc, begin, Result.retry("StageError", repr(exc)))
-            else:
-                if not isinstance(result, Result) or result.verdict not in PHASE_SPECS[phase].verdicts:
-                    result = Result.reject("InvalidStageVerdict",
-                                           f"stage {stage.name!r} answered {result!r} in phase {phase.value}")
-                await self._stage_answered(stage.name, phase, result, time.monotonic() - begin)
-            if result.verdict not in (Verdict.CONTINUE, Verdict.SKIP):
-                return result
-        return Result.ok()
-
-    async def _failed(self, stage: Stage, phase: Phase, exc: Exception, begin: float, result: Result) -> Result:
-        seconds = time.monotonic() - begin
-        self.services.observe_stage_time(stage.name, phase.value, seconds)
-        await self._emit(ev.StageFailed(phase=phase.value, error=str(exc), retryable=result.verdict is Verdict.RETRY,
-                                        duration_seconds=seconds), source=stage.name)
-        return result
+                return await self.services.runner.run(phase, call, budget=self.budget, report=self._answered)
+        return await self.services.runner.run(phase, call, budget=self.budget, report=self._answered)
 
     async def _observe(self) -> None:
         """Run the observe stages until the pod is killed or completes. On a kill, the stages
@@ -480,32 +504,22 @@ class PodWorker:
             await self._emit(ev.PodTerminated(phase=self.services.status.get(self.ref.uid).get("phase", "")))
 
     async def _undo(self, phase: Phase, grace: int = 0) -> None:
-        for stage in self.services.pipeline[phase]:
+        """An undo phase, every stage, each bounded: stop by the grace period plus the
+        runtime's own time to SIGKILL, the others by UNDO_TIMEOUT_SECONDS (a hung driver must
+        not hold a worker forever)."""
+        def call(stage: Stage) -> Awaitable[None]:
             ctx = StageContext(self, stage.name)
-            begin = time.monotonic()
-            try:
-                if phase is Phase.STOP:
-                    assert isinstance(stage, Start)
-                    # Bounded by the grace period plus the runtime's own time to SIGKILL.
-                    with anyio.move_on_after(grace + UNDO_TIMEOUT_SECONDS):
-                        await stage.stop(ctx, float(grace))
-                elif phase is Phase.UNPREPARE:
-                    assert isinstance(stage, Prepare)
-                    with anyio.move_on_after(UNDO_TIMEOUT_SECONDS):
-                        await stage.unprepare(ctx)
-                elif phase is Phase.CLEANUP:
-                    assert isinstance(stage, Cleanup)
-                    with anyio.move_on_after(UNDO_TIMEOUT_SECONDS):
-                        await stage.cleanup(ctx)
-            except Exception as exc:
-                ctx.log.exception("undo phase failed", phase=phase.value)
-                await self._emit(ev.StageFailed(phase=phase.value, error=str(exc), retryable=False,
-                                                duration_seconds=time.monotonic() - begin), source=stage.name)
-                continue
-            seconds = time.monotonic() - begin
-            self.services.observe_stage_time(stage.name, phase.value, seconds)
-            await self._emit(ev.StageCompleted(phase=phase.value, verdict=Verdict.CONTINUE.value,
-                                               duration_seconds=seconds), source=stage.name)
+            if phase is Phase.STOP:
+                assert isinstance(stage, Start)
+                return stage.stop(ctx, float(grace))
+            if phase is Phase.UNPREPARE:
+                assert isinstance(stage, Prepare)
+                return stage.unprepare(ctx)
+            assert isinstance(stage, Cleanup)
+            return stage.cleanup(ctx)
+
+        timeout = grace + UNDO_TIMEOUT_SECONDS if phase is Phase.STOP else UNDO_TIMEOUT_SECONDS
+        await self.services.runner.undo(phase, call, timeout=timeout, report=self._answered)
 
     async def _finish(self) -> None:
         if self.forget_requested:

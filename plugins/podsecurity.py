@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from nodeagent.model import Pod
 from nodeagent.stages import Admit, AgentHandle, NodeView, Result
-from plugins.runtime.security import is_privileged, normalize_sysctl
+from nodeagent.kube.security import is_privileged, normalize_sysctl
 
 FORBIDDEN = "Forbidden"
 SYSCTL_FORBIDDEN = "SysctlForbidden"

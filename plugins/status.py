@@ -21,25 +21,17 @@ from typing import Any, ClassVar
 import anyio
 
 from cri import CriError
+from nodeagent.kube.resize import RESIZE_IN_PROGRESS, RESIZE_PENDING, ResizeState, status_resources, with_resources
+from nodeagent.kube.resources import FIT_RESOURCES, pod_requests
+from nodeagent.kube.restartpolicy import awaiting_rerun, container_should_restart, is_sidecar, should_restart
 from nodeagent.model import Container, Pod
+from nodeagent.podfacts import RESIZE, RESTART_ALL_AT, RUNTIME_NOTES, RuntimeNotes
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import AgentHandle, Observe, PodContext
 from nodeagent.stash import StashKey
 from nodeagent.status import rfc3339
-from plugins.restartpolicy import container_should_restart, is_sidecar, should_restart
-from plugins.runtime import restartall
-from plugins.runtime.notes import notes_of
-from plugins.runtime.plan import latest_in, newest_sandbox
-from plugins.runtime.resize import (
-    RESIZE_IN_PROGRESS,
-    RESIZE_PENDING,
-    ResizeState,
-    state_of,
-    status_resources,
-    with_resources,
-)
-from plugins.runtime.resources import FIT_RESOURCES, pod_requests
-from plugins.runtime.termination_message import MAX_POD_MESSAGE_BYTES, read_message
+from nodeagent.terminationmessage import MAX_POD_MESSAGE_BYTES, read_message
+from nodeagent.waits import first_of
 
 RESYNC_SECONDS = 10.0
 
@@ -61,7 +53,7 @@ class Facts:
     resize: ResizeState | None = None
     """Allocated and applied resources, resize conditions (plugins/runtime/resize.py)."""
     reset_at: int = 0
-    """When the pod was last restarted as a whole (plugins/runtime/restartall.py), ns."""
+    """When the pod was last restarted as a whole (the fact RESTART_ALL_AT), ns."""
 
 
 def _ts(ns: int) -> str:
@@ -277,7 +269,7 @@ def _condition(kind: str, ok: bool, facts: Facts, reason: str = "", message: str
 def conditions(pod: Pod, runtime: PodRuntime, init_statuses: Sequence[Mapping[str, Any]],
                statuses: Sequence[Mapping[str, Any]], phase: str, facts: Facts) -> list[dict[str, Any]]:
     """status/generate.go, in the kubelet's order."""
-    sandbox = newest_sandbox(runtime)
+    sandbox = runtime.newest_sandbox()
     sandbox_ok = sandbox is not None and sandbox.ready and (bool(sandbox.pod_ip) or pod.spec.host_network)
     by_name = {s["name"]: s for s in (*init_statuses, *statuses)}
 
@@ -325,11 +317,11 @@ def compute(pod: Pod, runtime: PodRuntime, facts: Facts | None = None) -> dict[s
     limit = MAX_POD_MESSAGE_BYTES // max(count, 1)
     init_statuses = [container_status(pod, c, runtime, facts, init=True, limit=limit) for c in pod.spec.init_containers]
     statuses = [container_status(pod, c, runtime, facts, limit=limit) for c in pod.spec.containers]
-    sandbox = newest_sandbox(runtime)
-    here = latest_in(runtime, sandbox.id) if sandbox is not None else {}
+    sandbox = runtime.newest_sandbox()
+    here = runtime.latest_in(sandbox.id) if sandbox is not None else {}
     initialized_before = any(c.name in here and here[c.name].started_at for c in pod.spec.containers)
     phase = pod_phase(pod, init_statuses, statuses, initialized_before)
-    if phase in ("Succeeded", "Failed") and restartall.awaiting_rerun(pod, runtime, facts.reset_at):
+    if phase in ("Succeeded", "Failed") and awaiting_rerun(pod, runtime, facts.reset_at):
         phase = "Running"  # stopped to run again from the start (the kubelet's RestartingAllContainers)
     status: dict[str, Any] = {
         "phase": phase,
@@ -386,7 +378,7 @@ async def _read_messages(ctx: PodContext, runtime: PodRuntime) -> dict[str, str]
                 status = await ctx.runtime.container_status(record.id)
             except CriError:
                 continue  # removed meanwhile; nothing to show
-            cache[record.id] = await anyio.to_thread.run_sync(read_message, status)
+            cache[record.id] = await anyio.to_thread.run_sync(read_message, status, ctx.pod_dir)
     return cache
 
 
@@ -394,16 +386,18 @@ class StatusStage(Observe):
     name: ClassVar[str] = "status"
     # A terminating pod's status keeps following the runtime (containers stopping, readiness).
     through_termination: ClassVar[bool] = True
+    uses = (RUNTIME_NOTES, RESIZE, RESTART_ALL_AT)
 
     async def observe(self, ctx: PodContext) -> None:
-        notes = notes_of(ctx.stash)
+        # The runtime stage made its notes in prepare; without that stage nothing ever notes.
+        notes = ctx.facts.get(RUNTIME_NOTES) or RuntimeNotes()
         while True:
             changed = notes.changed
             runtime = ctx.observed
             facts = Facts(messages=await _read_messages(ctx, runtime),
                           post_start_running=frozenset(notes.post_start_running),
                           node_ip=ctx.node.ip, now=time.time(),
-                          resize=state_of(ctx.stash), reset_at=restartall.reset_at(ctx.stash))
+                          resize=ctx.facts.get(RESIZE), reset_at=ctx.facts.get(RESTART_ALL_AT) or 0)
             status = compute(ctx.pod, runtime, facts)
             for name in settled(ctx.pod, runtime, status["phase"]):
                 # A waiting reason (RunContainerError, ...) only shows while the container is to
@@ -417,18 +411,7 @@ class StatusStage(Observe):
 
 
 async def _changed(ctx: PodContext, notes_changed: anyio.Event) -> None:
-    async with anyio.create_task_group() as tg:
-
-        async def runtime() -> None:
-            await ctx.runtime_changed(timeout=RESYNC_SECONDS)
-            tg.cancel_scope.cancel()
-
-        async def notes() -> None:
-            await notes_changed.wait()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(runtime)
-        tg.start_soon(notes)
+    await first_of(ctx.runtime_changed(timeout=RESYNC_SECONDS), notes_changed.wait())
 
 
 def plugin(config: Mapping[str, Any], handle: AgentHandle) -> StatusStage:

@@ -43,6 +43,9 @@ def anyio_backend() -> str:
 def containerd(request: pytest.FixtureRequest) -> Iterator[Containerd]:
     """A private containerd (CRI, bridge CNI, busybox and pause images) for the session.
 
+    Which containerd: $NODEAGENT_RUNTIME (devenv.runtime), containerd 2.x unless it
+    says containerd1.6; the session's first line after the log names it and its version.
+
     Lives under /tmp because a unix socket path must stay under 108 bytes.
     Its pod subnet and bridge are derived from its directory, so it can run
     next to `make env` and other sessions. The directory is deleted at the end
@@ -51,11 +54,14 @@ def containerd(request: pytest.FixtureRequest) -> Iterator[Containerd]:
     ensure_packages()
     archives = build_images()
     base = Path(tempfile.mkdtemp(prefix="nodeagent-test-", dir="/tmp"))
-    env = Containerd(base)
+    env = Containerd(base)  # the runtime $NODEAGENT_RUNTIME selects (containerd 2.x by default)
     request.config.stash[_ENV_KEY] = env
     _announce(request.config, f"\ncontainerd log: {env.log_path} (endpoint {env.endpoint})")
     try:
         env.start()
+        v = env.version()
+        _announce(request.config, f"runtime {env.runtime.name}: {v.get('runtime_name')} "
+                                  f"{v.get('runtime_version')} (CRI {v.get('runtime_api_version')})")
         env.import_images(archives)
         env.wait_image_stats()  # so ImageFsInfo is settled for the first test
         yield env

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from nodeagent.model import Pod
-from plugins import nodeports
+from nodeagent.kube import nodeports
 from nodeagent.stages import NodeInfo, NodeView, Verdict
-from plugins.nodeaffinity import MESSAGE, REASON, matches
+from nodeagent.kube.nodeaffinity import MESSAGE, REASON, matches
 from plugins.tainttoleration import MESSAGE as TAINT_MESSAGE
 from plugins.tainttoleration import REASON as TAINT_REASON
-from plugins.tainttoleration import first_untolerated, tolerates
+from nodeagent.kube.taints import first_untolerated, tolerates
 from tests.agent_helpers import pod_manifest, runtime_objects, running_agent, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -213,13 +213,12 @@ async def _not(predicate: Any) -> bool:
 
 
 async def test_static_pods_are_exempt_from_the_taint_check() -> None:
+    from nodeagent.objects import FileObjects, kinds
     from plugins.tainttoleration import TaintToleration
 
-    class TaintedNode:  # the Node watch's reading side, holding one NoExecute taint
-        def taints(self) -> list[dict[str, Any]]:
-            return [GPU_TAINT]
-
-    stage = TaintToleration(TaintedNode())  # type: ignore[arg-type]
+    objects = FileObjects([kinds.NODE])  # the store's view of the Node, holding one NoExecute taint
+    objects.replace(kinds.NODE, [{"metadata": {"name": "n1"}, "spec": {"taints": [GPU_TAINT]}}])
+    stage = TaintToleration(objects.view(kinds.NODE, fields={"metadata.name": "n1"}))
     static = Pod.model_validate({"metadata": {"name": "s", "uid": "u1",
                                               "annotations": {"kubernetes.io/config.source": "file"}},
                                  "spec": {"containers": [{"name": "c", "image": "i"}]}})

@@ -16,32 +16,28 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
-from lightkube import ApiError
-from lightkube.models.meta_v1 import Status
 
 from conformance.contract import StageContract
+from conformance.fakecontext import FakeObjects, FakePodContext
 from cri import types as t
-from nodeagent import events as ev
 from nodeagent import labels as L
-from nodeagent.additions import ApiEnv, additions_for
+from nodeagent.additions import ApiEnv
 from nodeagent.clock import ManualClock
 from nodeagent.model import Pod
+from nodeagent.objects import ObjectError, kinds
 from nodeagent.stages import Verdict
-from nodeagent.stash import Stash
 from plugins.apivolumes import ApiVolumesStage, Settings, api_fields
 from plugins.apivolumes.envsources import resolve_env
-from plugins.apivolumes.objects import ObjectReader
+from nodeagent.kube.configdata import ObjectReader
 from plugins.apivolumes.payload import VolumeError, volume_payload
 from plugins.apivolumes.tokens import TOKENS, Token
-from plugins.runtime.env import FieldError, PodFacts, container_env
-from plugins.volumes.mountinfo import mounts_under
+from nodeagent.kube.env import FieldError, PodFacts, container_env
+from nodeagent.mounttable import mounts_under
 from tests.agent_helpers import BUSYBOX_IMAGE, AgentEnv, running_agent, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -430,57 +426,62 @@ async def test_downward_api_volumes_follow_the_pods_labels_and_annotations(
         assert not (volume / before).exists()
 
 
-async def test_standalone_reports_what_needs_the_api_and_runs_the_pod(containerd: Any, tmp_path: Path) -> None:
+async def test_standalone_refuses_a_pod_that_needs_the_api_and_runs_one_that_only_pulls_with_it(
+        containerd: Any, tmp_path: Path) -> None:
+    """Refuse, never ignore: without an API server a configMap volume or configMap env cannot be
+    filled, so the pod is refused (it would run without them); imagePullSecrets only change how
+    a pull is made, so that pod runs, with the field reported."""
     async with running_agent(containerd, tmp_path) as env:
         env.write("p.yaml", {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "noapi"},
             "spec": {"terminationGracePeriodSeconds": 1, "containers": [container(
-                "main", envFrom=[{"configMapRef": {"name": "cfg"}}],
-                volumeMounts=[{"name": "cfg", "mountPath": "/cfg"}])],
+                "main", volumeMounts=[{"name": "cfg", "mountPath": "/cfg"}])],
                 "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}]}})
-        await env.wait_running("noapi")
+        env.write("e.yaml", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "noenv"},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "containers": [container("main", envFrom=[{"configMapRef": {"name": "cfg"}}])]}})
+        env.write("s.yaml", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pullsecret"},
+            "spec": {"terminationGracePeriodSeconds": 1, "imagePullSecrets": [{"name": "regcred"}],
+                     "containers": [container("main")]}})
+
+        async def failed(name: str) -> dict[str, Any] | None:
+            status = env.status_of(name)
+            return status if status.get("phase") == "Failed" else None
+
+        volume = await wait_for(lambda: failed("noapi"), 30, "the pod with a configMap volume refused")
+        assert volume["reason"] == "UnsupportedVolume"
+        assert volume["message"] == ('volume "cfg" is a configMap volume, which needs the API server, and this node '
+                                     "runs standalone: the pod would run without it")
+        envfrom = await wait_for(lambda: failed("noenv"), 30, "the pod with configMap env refused")
+        assert envfrom["reason"] == "UnsupportedPodField" and "'main' takes env from configMaps" in envfrom["message"]
+        assert not await env.running_containers("noapi") and not await env.running_containers("noenv")
+        await env.wait_running("pullsecret")
 
         async def condition() -> str | None:
-            for c in env.status_of("noapi").get("conditions", []):
-                if c["type"] == "nodeagent.io/UnhonouredFields" and "envFrom" in c.get("message", ""):
+            for c in env.status_of("pullsecret").get("conditions", []):
+                if c["type"] == "nodeagent.io/UnhonouredFields":
                     return str(c["message"])
             return None
 
-        message = await wait_for(condition, 30, "the unhonoured-fields condition")
-        assert "spec.volumes[0].configMap" in message and "spec.containers[0].envFrom" in message
+        assert "spec.imagePullSecrets[0]" in await wait_for(condition, 30, "the unhonoured-fields condition")
 
 
 # --- without a control plane ----------------------------------------------------------------
 
 
-class FakeApi:
-    """get and create as lightkube's AsyncClient answers them, from dicts."""
-
-    def __init__(self, clock: ManualClock | None = None, **objects: dict[str, Any]) -> None:
-        self.objects = objects  # "ConfigMap/name" → the object's fields
-        self.clock = clock
-        self.token_requests = 0
-
-    async def get(self, resource: Any, name: str, *, namespace: str | None = None) -> Any:
-        found = self.objects.get(f"{resource.__name__}/{name}")
-        if found is None:
-            raise ApiError(status=Status(code=404, reason="NotFound",
-                                         message=f'{resource.__name__.lower()}s "{name}" not found'))
-        return SimpleNamespace(data=found.get("data"), binaryData=found.get("binaryData"), type=found.get("type"),
-                               metadata=SimpleNamespace(uid=found.get("uid", f"uid-{name}")))
-
-    async def list(self, resource: Any, *, namespace: str | None = None) -> Any:
-        for _ in ():  # no services in these tests: an empty listing
-            yield
-
-    async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
-        assert self.clock is not None
-        self.token_requests += 1
-        seconds = obj.spec.expirationSeconds
-        expires = datetime.fromtimestamp(self.clock.now() + seconds, tz=UTC)
-        return SimpleNamespace(spec=SimpleNamespace(expirationSeconds=seconds),
-                               status=SimpleNamespace(token=f"token-{self.token_requests}",
-                                                      expirationTimestamp=expires))
+def FakeApi(clock: ManualClock | None = None, **objects: dict[str, Any]) -> FakeObjects:  # noqa: N802
+    """The shared fake store (conformance/fakecontext.py) holding ``"Kind/name"`` objects of namespace ns."""
+    store = FakeObjects(clock)
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for key, fields in objects.items():
+        kind, name = key.split("/", 1)
+        by_kind.setdefault(kind, []).append({"metadata": {"name": name, "namespace": "ns",
+                                                           "uid": fields.get("uid", f"uid-{name}")}, **fields})
+    for kind, found in by_kind.items():
+        store.put(kinds.CONFIG_MAP if kind == "ConfigMap" else kinds.SECRET, *found)
+    return store
 
 
 def _pod(*containers: dict[str, Any], **spec: Any) -> Pod:
@@ -601,20 +602,8 @@ def _sleeping(clock: ManualClock) -> Any:
     return check
 
 
-class _FakeContext:
-    """The parts of a PodContext the stage uses."""
-
-    def __init__(self, pod: Pod, api: FakeApi, clock: ManualClock, pod_dir: Path) -> None:
-        import structlog
-
-        self.pod, self.api, self.clock, self.pod_dir = pod, api, clock, pod_dir
-        self.stash = Stash()
-        self.node = SimpleNamespace(name="n", ip="10.0.0.9", allocatable={"memory": 2**30})
-        self.log = structlog.get_logger("test")
-        self.status = SimpleNamespace(container_waiting=lambda *a: None, set_condition=lambda *a, **k: None)
-
-    async def publish(self, event: ev.Event) -> None:
-        pass
+def _FakeContext(pod: Pod, api: FakeObjects, clock: ManualClock, pod_dir: Path) -> FakePodContext:  # noqa: N802
+    return FakePodContext(pod, stage="apivolumes", clock=clock, objects=api, pod_dir=pod_dir)
 
 
 async def test_env_read_before_survives_an_unreachable_api_but_not_a_deleted_object(tmp_path: Path) -> None:
@@ -623,17 +612,15 @@ async def test_env_read_before_survives_an_unreachable_api_but_not_a_deleted_obj
     ctx = _FakeContext(pod, api, ManualClock(), tmp_path)
     stage = ApiVolumesStage(Settings())
     assert (await stage.prepare(ctx)).verdict is Verdict.CONTINUE  # type: ignore[arg-type]
-    assert additions_for(ctx.stash, "c").api_env == ApiEnv(env_from={"k": "v"})
+    assert ctx.additions.merged("c").api_env == ApiEnv(env_from={"k": "v"})
 
-    async def unreachable(*args: Any, **kwargs: Any) -> Any:
-        raise ConnectionError("connection refused")
-
-    api.get = unreachable  # type: ignore[method-assign]
+    api.failure = ObjectError("GET /api/v1/namespaces/ns/configmaps/cfg: ConnectError: connection refused", None)
     found = await stage._resolve(ctx)  # type: ignore[arg-type]
     assert found.env["c"] == ApiEnv(env_from={"k": "v"}) and not found.complete
-    api.get = FakeApi().get  # type: ignore[method-assign]  # now the API says: deleted
+    api.failure = None
+    api.put(kinds.CONFIG_MAP)  # now the API says: deleted
     stage._contribute(ctx, await stage._resolve(ctx))  # type: ignore[arg-type]
-    assert additions_for(ctx.stash, "c").api_env == ApiEnv(error='configmap "cfg" not found')
+    assert ctx.additions.merged("c").api_env == ApiEnv(error='configmap "cfg" not found')
 
 
 def test_api_fields_name_every_reference_as_the_model_would() -> None:

@@ -61,6 +61,11 @@ def test_architecture_doc_shows_the_current_profile_and_wiring() -> None:
     profile = "\n".join(f"  {k}: [{', '.join(v)}]" for k, v in DEFAULT_PROFILE.items())
     assert profile in doc, "docs/ARCHITECTURE.md shows a stale default profile"
     assert TOPOLOGY.render() in doc, "docs/ARCHITECTURE.md is stale: paste `nodeagent wiring` into it"
+    from nodeagent import facts
+    from nodeagent.registry import stage_classes
+
+    assert facts.render(stage_classes(DEFAULT_PROFILE)) in doc, \
+        "docs/ARCHITECTURE.md shows a stale fact graph: paste the end of `nodeagent wiring` into it"
 
 
 def test_phase_table_is_complete_and_pairs_are_declared() -> None:

@@ -129,6 +129,10 @@ class _Registry(http.server.BaseHTTPRequestHandler):
 
     blobs: ClassVar[dict[str, tuple[str, bytes]]] = {}  # digest -> (media type, bytes)
     manifest_digest = ""
+    # containerd 2.x tries HTTPS first on a loopback registry and falls back to HTTP
+    # only when the answer to its TLS hello starts with "HTTP/", as a real registry's
+    # 400 does; http.server would answer an unparsable request as HTTP/0.9 (no status line).
+    default_request_version = "HTTP/1.0"
 
     def do_HEAD(self) -> None:
         self._serve(body=False)
@@ -166,8 +170,9 @@ class _Registry(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def registry() -> Iterator[str]:
-    """A plain-HTTP registry on 127.0.0.1 (containerd allows HTTP for loopback)
-    serving the busybox image; yields its host:port."""
+    """A plain-HTTP registry on 127.0.0.1 (containerd allows HTTP for loopback:
+    1.6 uses it directly, 2.x after an HTTPS attempt) serving the busybox image;
+    yields its host:port."""
     blobs: dict[str, tuple[str, bytes]] = {}
     with tarfile.open(build_busybox().path) as tar:
         index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]

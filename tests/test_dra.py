@@ -1,6 +1,7 @@
-"""DRA end to end on the real containerd (1.6: no CDI support of its own): the dra stage, plugin
-registration and the fake GPU driver (plugins/fakegpu), with ResourceClaim manifests beside the
-pods (standalone)."""
+"""DRA end to end on the real containerd: the dra stage, plugin registration and the fake GPU
+driver (drivers/fakegpu), with ResourceClaim manifests beside the pods (standalone). On
+containerd 2.x the runtime applies the CDI specs (resolveCdi auto); on 1.6, which has no CDI
+support of its own, nodeagent does."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ import yaml
 
 from cri import RuntimeClient
 from cri import types as t
+from devenv import Containerd
 from plugins.dra.state import ClaimCache, ClaimEntry
-from plugins.fakegpu import DRIVER_NAME, FakeGpuDriver
+from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
 from tests.agent_helpers import AgentEnv, pod_manifest, running_agent, runtime_objects, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -44,13 +46,18 @@ class Dirs:
 
 
 @pytest.fixture
-def dirs() -> Iterator[Dirs]:
+def dirs(containerd: Containerd) -> Iterator[Dirs]:
     # Unix socket paths must stay under 108 bytes: pytest's tmp_path can be longer.
     base = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
+    # CDI specs go where the runtime reads them (containerd 2.x resolves CDI itself);
+    # the session's tests share that directory one at a time, so each leaves it empty.
+    cdi = containerd.cdi_spec_dir
     try:
-        yield Dirs(base / "registry", base / "plugin", base / "cdi")
+        yield Dirs(base / "registry", base / "plugin", cdi)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+        for spec in cdi.iterdir():
+            spec.unlink()
 
 
 def claim_manifest(name: str, *devices: str, driver: str = DRIVER_NAME,
@@ -204,6 +211,11 @@ async def test_unprepare_waits_until_every_container_of_the_pod_stopped(
         assert len(driver.prepared()) == 1
         env.remove("stubborn.yaml")
         await calls(driver, UNPREPARE, 1)
+
+        async def checked() -> bool:  # the driver records the call before its check has listed
+            return bool(seen)
+
+        await wait_for(checked, 30, "the driver's look at the runtime when asked to unprepare")
         assert seen == [[]], f"containers still running when the claim was unprepared: {seen}"
 
 
@@ -265,7 +277,7 @@ async def test_driver_killed_and_restarted_registers_again_and_pods_keep_working
 
     def start_driver() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [sys.executable, "-m", "plugins.fakegpu", "--registry-dir", str(dirs.registry), "--plugin-dir",
+            [sys.executable, "-m", "drivers.fakegpu", "--registry-dir", str(dirs.registry), "--plugin-dir",
              str(dirs.plugin), "--cdi-dir", str(dirs.cdi), "--claims-dir", str(manifests(tmp_path)),
              "--call-log", str(log)],
             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "driver.log", "ab"))

@@ -8,8 +8,8 @@ its ResourceSlice right on the node's credentials; the node wipes stale slices a
 killed driver's after a delay. Opt-in: the upstream sigs.k8s.io/dra-example-driver against
 nodeagent (NODEAGENT_DRA_EXAMPLE_DRIVER, see docs/DRA.md).
 
-Against the real control plane (`control_plane`) and containerd (`containerd`, 1.6: nodeagent
-applies the CDI edits itself). The driver runs in-process on the node's own kubeconfig, or as a
+Against the real control plane (`control_plane`) and containerd (`containerd`: 2.x applies the
+CDI specs itself, on 1.6 nodeagent does). The driver runs in-process on the node's own kubeconfig, or as a
 process where it must be killed.
 """
 
@@ -32,9 +32,10 @@ import pytest
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from controlplane import ControlPlane
+from devenv import Containerd
 from nodeagent.apiclient import make_api_client
-from plugins.fakegpu import DRIVER_NAME, FakeGpuDriver
-from plugins.fakegpu.cluster import MODEL, SlicePublisher, slice_name
+from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
+from drivers.fakegpu.cluster import MODEL, SlicePublisher, slice_name
 from tests.agent_helpers import AgentEnv, wait_for
 from tests.test_cluster_node import (
     cluster_config,
@@ -84,13 +85,18 @@ async def apply(cp: ControlPlane, *objects: dict[str, Any]) -> None:
 
 
 @pytest.fixture
-def dirs() -> Iterator[Dirs]:
+def dirs(containerd: Containerd) -> Iterator[Dirs]:
     # Unix socket paths must stay under 108 bytes: pytest's tmp_path can be longer.
     base = Path(tempfile.mkdtemp(prefix="dra-c-", dir="/tmp"))
+    # CDI specs go where the runtime reads them (containerd 2.x resolves CDI itself);
+    # the session's tests share that directory one at a time, so each leaves it empty.
+    cdi = containerd.cdi_spec_dir
     try:
-        yield Dirs(base / "registry", base / "plugin", base / "cdi")
+        yield Dirs(base / "registry", base / "plugin", cdi)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+        for spec in cdi.iterdir():
+            spec.unlink()
 
 
 @pytest.fixture
@@ -309,7 +315,7 @@ async def test_node_wipes_stale_slices_at_start_and_a_vanished_drivers_after_a_d
 def start_fakegpu(node: str, kubeconfig: Path, dirs: Dirs, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "plugins.fakegpu", "--kubeconfig", str(kubeconfig), "--node-name", node,
+            [sys.executable, "-m", "drivers.fakegpu", "--kubeconfig", str(kubeconfig), "--node-name", node,
              "--registry-dir", str(dirs.registry), "--plugin-dir", str(dirs.plugin), "--cdi-dir", str(dirs.cdi)],
             stdout=out, stderr=subprocess.STDOUT)
 

@@ -24,9 +24,10 @@ from nodeagent.sources.static import ManifestError, parse_documents
 from plugins.dra import api, codegen
 from plugins.dra.cdi import CdiError, CdiSpecs
 from plugins.dra.claims import ClaimNotReady, pod_claims
-from plugins.dra.registration import Drivers, PluginWatcher
+from nodeagent.pluginwatcher import PluginWatcher
+from plugins.dra.registration import DraRegistrations, Drivers
 from plugins.dra.state import CheckpointError, ClaimCache, ClaimEntry
-from plugins.fakegpu import DRIVER_NAME, FakeGpuDriver
+from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
 
 
 @pytest.fixture
@@ -50,12 +51,15 @@ def test_generated_code_is_not_stale(tmp_path: Path) -> None:
     assert codegen.main(["--check", "--out", str(tmp_path)]) == 1
 
 
+def test_the_registration_api_code_is_not_stale(tmp_path: Path) -> None:
+    from nodeagent.pluginwatcher import codegen as registration_codegen
+
+    assert registration_codegen.stale_files() == [], "run `python -m nodeagent.pluginwatcher.codegen`"
+
+
 def test_wire_names_are_the_kubelets() -> None:
-    from plugins.dra._generated import (
-        dra_v1_pb2,
-        dra_v1beta1_pb2,
-        pluginregistration_v1_pb2,
-    )
+    from nodeagent.pluginwatcher._generated import pluginregistration_v1_pb2
+    from plugins.dra._generated import dra_v1_pb2, dra_v1beta1_pb2
 
     assert pluginregistration_v1_pb2.DESCRIPTOR.services_by_name["Registration"].full_name == \
         "pluginregistration.Registration"
@@ -89,7 +93,8 @@ async def watched(base: Path, **driver_options: Any) -> AsyncIterator[tuple[Fake
     drivers = Drivers()
     async with anyio.create_task_group() as tg:
         await tg.start(driver.run)
-        await tg.start(PluginWatcher(base / "reg", drivers, publish, poll_seconds=0.05).run)
+        handler = DraRegistrations(drivers, publish)
+        await tg.start(PluginWatcher(base / "reg", {handler.plugin_type: handler}, publish, poll_seconds=0.05).run)
         yield driver, drivers, events
         tg.cancel_scope.cancel()
 
@@ -314,30 +319,53 @@ def test_claims_from_the_api_follow_the_kubelets_strict_rules() -> None:
 async def test_a_template_claim_missing_from_our_copy_of_the_pod_is_looked_up_in_its_status() -> None:
     """The API source publishes spec changes only: when the agent's copy of the pod does not name
     the claim made from a template, the pod's status is read again (and only then)."""
-    from lightkube.models.meta_v1 import ObjectMeta as ApiMeta
-    from lightkube.resources.core_v1 import Pod as ApiPod
-
+    from nodeagent.objects import FileObjects, kinds
     from plugins.dra.apiclaims import with_claim_statuses
 
     spec = {**POD["spec"], "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "tpl"}]}  # type: ignore[dict-item]
     pod = Pod.model_validate({**POD, "spec": spec, "metadata": {"name": "p", "uid": "pod-uid"}})
     reads: list[str] = []
 
-    class Api:
-        uid = "pod-uid"
-
-        async def get(self, kind: Any, name: str, namespace: str) -> Any:
+    class Objects(FileObjects):  # the standalone store as the stand-in API, counting reads
+        async def get(self, kind: Any, name: str, namespace: str | None = None, *,
+                      max_age: float | None = None) -> Any:
             reads.append(f"{namespace}/{name}")
-            fresh = ApiPod.from_dict({"metadata": {"name": name, "namespace": namespace, "uid": self.uid},
-                                      "status": {"resourceClaimStatuses": [{"name": "gpu",
-                                                                            "resourceClaimName": "p-gpu-x"}]}})
-            assert isinstance(fresh.metadata, ApiMeta)
-            return fresh
+            return await super().get(kind, name, namespace, max_age=max_age)
 
-    api = Api()
+    def api_pod(uid: str) -> dict[str, Any]:
+        return {"metadata": {"name": "p", "namespace": "default", "uid": uid},
+                "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]}}
+
+    api = Objects([kinds.POD])
+    api.replace(kinds.POD, [api_pod("pod-uid")])
     updated = await with_claim_statuses(api, pod)
     assert reads == ["default/p"]
     assert updated.status["resourceClaimStatuses"] == [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]
     assert await with_claim_statuses(api, updated) is updated and reads == ["default/p"]  # named: no read
-    api.uid = "someone-else"  # re-created under the same name: not this pod's claims
+    api.replace(kinds.POD, [api_pod("someone-else")])  # re-created under the same name: not this pod's claims
     assert await with_claim_statuses(api, pod) is pod
+
+
+@pytest.mark.anyio
+async def test_a_plugin_of_a_type_no_stage_handles_is_refused_by_the_core_watcher(short_dir: Path) -> None:
+    """The agent's one watcher hands plugins to the stage of their type; a CSI plugin on a node
+    whose stages handle only DRA is told the kubelet's "no handler" message."""
+    events: list[Event] = []
+
+    async def publish(event: Event) -> None:
+        events.append(event)
+
+    driver = FakeGpuDriver(registry_dir=short_dir / "reg", plugin_dir=short_dir / "plugin", cdi_dir=short_dir / "cdi",
+                           plugin_type="CSIPlugin")
+    drivers = Drivers()
+    handler = DraRegistrations(drivers, publish)
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        await tg.start(PluginWatcher(short_dir / "reg", {handler.plugin_type: handler}, publish, poll_seconds=0.05).run)
+        await _until(lambda: bool(driver.registrations))
+        tg.cancel_scope.cancel()
+    [(registered, error)] = driver.registrations[:1]
+    assert not registered and drivers.all() == []
+    assert error == f"RegisterPlugin error -- no handler registered for plugin type: CSIPlugin at socket " \
+                    f"{driver.registration_socket}"
+    assert [e.kind for e in events][:1] == ["PluginRejected"]

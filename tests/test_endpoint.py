@@ -145,3 +145,28 @@ async def test_malformed_or_failing_requests_never_end_the_local_endpoint() -> N
         assert (await raw(port, b"\xff\xfe\x00 garbage\r\n\r\n")).startswith(b"HTTP/1.1 400 ")
         assert (await raw(port, b"GET /healthz HTTP/1.1\r\n\r\n")).endswith(b"ok\n")
         tg.cancel_scope.cancel()
+
+
+async def test_idle_sockets_cannot_lock_out_the_local_endpoint() -> None:
+    """More idle connections than the cap: the oldest are closed to make room, and a real
+    request is still answered (the kubelet API's accept loop, nodeagent/listener.py)."""
+    from nodeagent.endpoint import LOCAL_MAX_CONNECTIONS, Routes, serve
+
+    routes = Routes(healthz=lambda: (True, "ok\n"), metrics=lambda: "", pods=lambda: [], trace=lambda key: [],
+                    plugins=lambda: {})
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve, routes, "127.0.0.1", 0)
+        idle = [await anyio.connect_tcp("127.0.0.1", port) for _ in range(LOCAL_MAX_CONNECTIONS + 50)]
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(b"GET /healthz HTTP/1.1\r\n\r\n")
+            answer = b""
+            with anyio.fail_after(10):
+                try:
+                    while True:
+                        answer += await stream.receive()
+                except anyio.EndOfStream:
+                    pass
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"ok\n")
+        for s in idle:
+            await s.aclose()
+        tg.cancel_scope.cancel()

@@ -164,3 +164,27 @@ async def test_agent_runs_labelled_pod_and_rejects_unlabelled(containerd: Any, t
         rejected = [e for e in agent.trace.chain(unlabelled) if e["kind"] == "PodRejected"]
         assert [e["reason"] for e in rejected] == ["MissingRequiredLabel"], agent.trace.chain(unlabelled)
 
+
+
+@pytest.mark.anyio
+async def test_the_walkthrough_stage_gives_a_real_container_its_variable(containerd: Any, tmp_path: Path) -> None:
+    """docs/PLUGINS.md's walkthrough (examples/node-env), installed as its own distribution:
+    in the profile before the runtime stage, every container of a pod run on containerd has
+    NODE_ZONE, and a container that sets it itself keeps its own value."""
+    from devenv.images import BUSYBOX_IMAGE
+    from nodeagent.registry import DEFAULT_PROFILE
+    from tests.agent_helpers import running_agent
+
+    prepare = [*DEFAULT_PROFILE["prepare"][:-1], "nodeenv", "runtime"]
+    profile = {**{k: list(v) for k, v in DEFAULT_PROFILE.items()}, "prepare": prepare}
+    async with running_agent(containerd, tmp_path, profile=profile, plugins={"nodeenv": {"zone": "eu-1"}}) as env:
+        env.write("zoned.yaml", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "zoned"},
+                                 "spec": {"terminationGracePeriodSeconds": 1, "containers": [
+                                     {"name": "a", "image": BUSYBOX_IMAGE, "command": ["sleep", "3600"]},
+                                     {"name": "b", "image": BUSYBOX_IMAGE, "command": ["sleep", "3600"],
+                                      "env": [{"name": "NODE_ZONE", "value": "mine"}]}]}})
+        await env.wait_seen_running("zoned")
+        for container, zone in (("a", "eu-1"), ("b", "mine")):
+            [record] = [c for c in await env.running_containers("zoned") if c.metadata.name == container]
+            result = await env.client.exec_sync(record.id, ["sh", "-c", "echo $NODE_ZONE"], timeout=10)
+            assert result.stdout.decode().strip() == zone, container

@@ -64,6 +64,12 @@ def _server_settings(port: int, **extra: Any) -> dict[str, Any]:
     return {"enable_server": True, "address": "127.0.0.1", "port": port, **extra}
 
 
+def _open_settings(port: int) -> dict[str, Any]:
+    """A standalone kubelet API open to every client, as it must be asked for: anonymous
+    authentication, with the standalone default AlwaysAllow (tests of the endpoints)."""
+    return _server_settings(port, authentication={"anonymous": {"enabled": True}})
+
+
 # --- a minimal HTTP/1.1 client -------------------------------------------------------------
 
 
@@ -207,7 +213,7 @@ async def test_tls_client_certificates_healthz_and_pods(containerd: Any, tmp_pat
         trusted = _client_context(apiserver.cert, apiserver.key)
 
         status, _, body = await _get(port, "/healthz", _client_context())
-        assert (status, body) == (401, b"Unauthorized\n")
+        assert (status, body) == (401, b"Unauthorized")  # the kubelet's body, exactly
         pki = env.config.root_dir / "pki"
         # A certificate the CA did not sign is refused in the handshake.
         with pytest.raises((ssl.SSLError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)):
@@ -244,7 +250,7 @@ async def test_a_taken_port_does_not_stop_the_agent(containerd: Any, tmp_path: P
     holder.listen()
     port = holder.getsockname()[1]
     try:
-        async with running_agent(containerd, tmp_path, **_server_settings(port)) as env:
+        async with running_agent(containerd, tmp_path, **_open_settings(port)) as env:
             server = env.agent.kubelet_server
             assert server is not None and server.port is None
             env.write("web.yaml", pod_manifest("web", WEB))
@@ -282,7 +288,7 @@ async def _async(value: bool) -> bool:
 async def test_container_logs(containerd: Any, tmp_path: Path) -> None:
     port = _free_port()
     context = _client_context()
-    async with running_agent(containerd, tmp_path, **_server_settings(port)) as env:
+    async with running_agent(containerd, tmp_path, **_open_settings(port)) as env:
         env.write("web.yaml", pod_manifest("web", WEB))
         env.write("crash.yaml", pod_manifest("crash", "echo boot-$(cat /proc/sys/kernel/random/uuid); sleep 2; exit 1"))
         web_id = (await env.wait_seen_running("web")).id
@@ -353,7 +359,7 @@ async def test_exec_and_attach_spliced_to_the_runtime(containerd: Any, tmp_path:
     containerd's streaming server: stdout and stderr, stdin, the exit status, attach."""
     port = _free_port()
     context = _client_context()
-    async with running_agent(containerd, tmp_path, **_server_settings(port)) as env:
+    async with running_agent(containerd, tmp_path, **_open_settings(port)) as env:
         env.write("web.yaml", pod_manifest("web", WEB))
         web_id = (await env.wait_seen_running("web")).id
 

@@ -443,6 +443,61 @@ def test_follow_reads_across_rotation_without_loss(tmp_path: Path) -> None:
     assert got.count(b"straggler") == 2
 
 
+def _record(stream: str, tag: str, content: bytes, second: int = 0) -> bytes:
+    return b"2024-01-01T00:00:%02dZ %s %s %s\n" % (second, stream.encode(), tag.encode(), content)
+
+
+def test_a_long_line_is_read_in_bounded_fragments_that_render_as_the_line(tmp_path: Path) -> None:
+    """A container that writes megabytes without a newline: containerd splits it into P
+    records; we hand it on in fragments no larger than MAX_LINE_BYTES (plus one record),
+    which render (timestamps included) exactly as the joined line."""
+    log = tmp_path / "0.log"
+    piece = b"y" * 16384
+    parts = 8 * lr.MAX_LINE_BYTES // len(piece)
+    log.write_bytes(_record("stdout", "F", b"before", 1) + b"".join(_record("stdout", "P", piece, 2)
+                                                                    for _ in range(parts))
+                    + _record("stdout", "F", b"end", 4) + _record("stderr", "F", b"after", 5))
+    lines = [line for batch in lr.stream(log) for line in batch]
+    assert max(len(line.content) for line in lines) <= lr.MAX_LINE_BYTES + len(piece)
+    assert len(lines) > 8
+    rendered = b"".join(line.render(True) for line in lines)
+    assert rendered == (b"2024-01-01T00:00:01.000000000Z before\n"
+                        b"2024-01-01T00:00:02.000000000Z " + piece * parts + b"end\n"
+                        b"2024-01-01T00:00:05.000000000Z after\n")
+    # --tail counts lines, not fragments; the fragments go with their line.
+    tail = b"".join(line.render(False) for batch in lr.stream(log, tail=2) for line in batch)
+    assert tail == piece * parts + b"end\nafter\n"
+    assert [line.content for line in lr.select(lines, tail=1)] == [b"after"]
+    # --since looks at a line's first record, for every fragment of it.
+    since = lr.parse_time(b"2024-01-01T00:00:02Z")
+    kept = b"".join(line.render(False) for batch in lr.stream(log, since_nanos=since) for line in batch)
+    assert kept == piece * parts + b"end\nafter\n"
+
+
+def test_stream_and_follow_select_as_the_whole_file_would(tmp_path: Path) -> None:
+    log = tmp_path / "0.log"
+    log.write_bytes(b"".join(_record("stdout" if n % 3 else "stderr", "F", b"%d" % n, n % 60) for n in range(500))
+                    + b"not a cri line\n" + _record("stdout", "F", b"10%\r20%", 59) + _record("stdout", "P", b"open", 59))
+    whole = lr.join(r for r in map(lr.parse_record, log.read_bytes().split(b"\n")) if r)
+    assert whole[-2].content == b"10%\r20%"  # a carriage return is content, not a line end
+    since = lr.parse_time(b"2024-01-01T00:00:30Z")
+    for tail, since_nanos in ((None, None), (0, None), (7, None), (7, since), (None, since), (10_000, None)):
+        streamed = [line for batch in lr.stream(log, tail, since_nanos) for line in batch]
+        assert streamed == lr.select(whole, tail, since_nanos), (tail, since_nanos)
+        # A follower shows the same, the unfinished line once the writer is gone.
+        followed = [line for batch, _ in lr.follow(log, lambda: False, tail=tail, since_nanos=since_nanos, poll=0.01,
+                                                   alive_every=0.01) for line in batch]
+        complete = lr.select(whole[:-1], tail, since_nanos)
+        assert followed == complete + lr.select(whole[-1:], None, since_nanos), (tail, since_nanos)
+
+
+def test_garbage_without_newlines_is_skipped_not_kept(tmp_path: Path) -> None:
+    log = tmp_path / "0.log"
+    log.write_bytes(_record("stdout", "F", b"one") + b"z" * (3 * lr.MAX_RECORD_BYTES) + b"\n"
+                    + _record("stdout", "F", b"two"))
+    assert [line.content for line in lr.read(log)] == [b"one", b"two"]
+
+
 def _pod_dirs(tmp_path: Path) -> Path:
     logs = tmp_path / "logs"
     for pod, containers in {"default_web-n1_u1": {"a": [0, 1], "b": [0]}, "kube-system_web-n1_u2": {"c": [0]},

@@ -12,8 +12,10 @@ import pytest
 
 from nodeagent import labels as L
 from nodeagent.model import Pod
-from plugins.runtime import env as env_module
-from plugins.runtime import hosts, resources, security
+from nodeagent.kube import env as env_module
+from nodeagent.kube import resources
+from nodeagent.kube.security import normalize_sysctl
+from plugins.runtime import hosts
 from tests.agent_helpers import (
     BUSYBOX_IMAGE,
     AgentEnv,
@@ -388,9 +390,9 @@ def test_expansion_follows_the_kubelet(text: str, expected: str) -> None:
 
 def test_downward_maps_are_go_quoted_and_sysctls_normalised() -> None:
     assert env_module.format_map({"b": "x\ny", "a": 'say "hi"'}) == 'a="say \\"hi\\""\nb="x\\ny"'
-    assert security.normalize_sysctl("kernel/shm_rmid_forced") == "kernel.shm_rmid_forced"
-    assert security.normalize_sysctl("net/ipv4/conf/eno2.100/rp_filter") == "net.ipv4.conf.eno2/100.rp_filter"
-    assert security.normalize_sysctl("net.ipv4.conf.eno2/100.rp_filter") == "net.ipv4.conf.eno2/100.rp_filter"
+    assert normalize_sysctl("kernel/shm_rmid_forced") == "kernel.shm_rmid_forced"
+    assert normalize_sysctl("net/ipv4/conf/eno2.100/rp_filter") == "net.ipv4.conf.eno2/100.rp_filter"
+    assert normalize_sysctl("net.ipv4.conf.eno2/100.rp_filter") == "net.ipv4.conf.eno2/100.rp_filter"
 
 
 def _pod(*resource_sets: dict[str, Any], **spec: Any) -> Pod:

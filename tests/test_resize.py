@@ -240,7 +240,7 @@ def test_fit_is_infeasible_beyond_allocatable_and_deferred_beside_other_pods() -
 
 def test_pod_level_limits_apply_to_containers_without_their_own() -> None:
     from nodeagent.model import ResourceRequirements
-    from plugins.runtime.resources import Values, linux_resources, values
+    from nodeagent.kube.resources import Values, linux_resources, values
 
     pod_level = ResourceRequirements(limits={"cpu": "500m", "memory": "128Mi"}, requests={"cpu": "200m"})
     own = ResourceRequirements(limits={"memory": "64Mi"}, requests={"cpu": "100m"})
@@ -254,7 +254,7 @@ def test_pod_level_limits_apply_to_containers_without_their_own() -> None:
 
 
 def test_pod_requests_count_sidecars_and_the_largest_init_container() -> None:
-    from plugins.runtime.resources import pod_requests
+    from nodeagent.kube.resources import pod_requests
 
     pod = _pod([{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "10Mi"}}}],
                init=[{"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "50m"}}},

@@ -14,7 +14,7 @@ from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.plan import plan
 from plugins.runtime.sync import go_duration
-from plugins.runtime.termination_message import read_message
+from nodeagent.terminationmessage import create_message_file, read_message
 from plugins.status import Facts, compute
 
 SANDBOX = SandboxRecord(id="sb1", attempt=0, ready=True, created_at=1, pod_ip="10.0.0.2")
@@ -167,7 +167,8 @@ def test_termination_messages_share_the_pods_12_kib() -> None:
 
 
 def test_termination_message_from_file_and_from_logs(tmp_path: Path) -> None:
-    message = tmp_path / "msg"
+    # The message is read from the file the agent made for the container, in the pod directory.
+    message = create_message_file(tmp_path, "main")
     message.write_bytes(b"x" * 5000 + b"END")
     log = tmp_path / "0.log"
     lines = [f"2024-01-01T00:00:00.000000000Z stdout F line {i}\n" for i in range(100)]
@@ -178,18 +179,18 @@ def test_termination_message_from_file_and_from_logs(tmp_path: Path) -> None:
             state=t.ContainerState.CONTAINER_EXITED, exit_code=exit_code, message=runtime_message,
             annotations={L.CONTAINER_TERMINATION_MESSAGE_PATH: "/dev/termination-log",
                          L.CONTAINER_TERMINATION_MESSAGE_POLICY: policy},
+            metadata=t.ContainerMetadata(name="main"),
             mounts=[t.Mount(container_path="/dev/termination-log", host_path=str(file))], log_path=str(log))
 
-    from_file = read_message(status(0, "File", message))
+    from_file = read_message(status(0, "File", message), tmp_path)
     assert len(from_file) == 4096 and from_file.endswith("END")  # the last 4096 bytes
-    empty = tmp_path / "empty"
-    empty.touch()
-    assert read_message(status(1, "File", empty)) == ""
-    assert read_message(status(0, "FallbackToLogsOnError", empty)) == ""  # success: no fallback
-    from_logs = read_message(status(1, "FallbackToLogsOnError", empty))
+    empty = create_message_file(tmp_path, "main")
+    assert read_message(status(1, "File", empty), tmp_path) == ""
+    assert read_message(status(0, "FallbackToLogsOnError", empty), tmp_path) == ""  # success: no fallback
+    from_logs = read_message(status(1, "FallbackToLogsOnError", empty), tmp_path)
     assert from_logs.endswith("line 99\nDONE")  # partial line: no newline added
     assert "line 20\n" not in from_logs and len(from_logs.encode()) <= 2048
-    assert read_message(status(1, "File", message, "Error")).startswith("Error: xxx")
+    assert read_message(status(1, "File", message, "Error"), tmp_path).startswith("Error: xxx")
 
 
 def test_a_restart_created_but_not_started_is_not_shown_before_it_runs() -> None:

@@ -6,19 +6,18 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
-import structlog
 
 from conformance.contract import StageContract
 from nodeagent.clock import ManualClock
 from nodeagent.model import EmptyDirVolumeSource, HostPathVolumeSource, Pod
-from nodeagent.stash import Stash
-from plugins.volumes import VolumesStage, ownership, sources
-from plugins.volumes.mountinfo import mounts_under
+from conformance.fakecontext import FakePodContext
+from nodeagent.mounttable import mounts_under
+from nodeagent.volumeutil import SetupError, atomicwriter, ownership, tmpfs
+from plugins.volumes import VolumesStage, sources
 from tests.agent_helpers import AgentEnv, running_agent, wait_for
 from tests.test_pod_spec import container, output, pod, run_in
 
@@ -268,7 +267,7 @@ def test_tmpfs_size_is_the_smallest_of_allocatable_pod_limit_and_size_limit() ->
         containers = [{"name": f"c{i}", "image": "i", "resources": {"limits": {"memory": m}} if m else {}}
                       for i, m in enumerate(limits)]
         p = Pod.model_validate({"metadata": {"name": "p"}, "spec": {"containers": containers}})
-        return sources.tmpfs_size(EmptyDirVolumeSource(medium="Memory", size_limit=size_limit), p, allocatable)
+        return tmpfs.tmpfs_size(EmptyDirVolumeSource(medium="Memory", size_limit=size_limit), p, allocatable)
 
     assert size([None], None, 8 * 2**30) == 8 * 2**30
     assert size(["1Gi", "1Gi"], None, 8 * 2**30) == 2 * 2**30  # every container limited: the pod's sum
@@ -282,22 +281,22 @@ def test_host_path_checks_name_the_kind(tmp_path: Path) -> None:
     for kind, what in (("Socket", "a socket file"), ("CharDevice", "a character device"),
                        ("BlockDevice", "a block device"), ("File", "a file")):
         path = tmp_path if kind == "File" else tmp_path / "f"
-        with pytest.raises(sources.SetupError, match=f"hostPath type check failed: {path} is not {what}$"):
+        with pytest.raises(SetupError, match=f"hostPath type check failed: {path} is not {what}$"):
             sources.check_host_path(HostPathVolumeSource.model_validate({"path": str(path), "type": kind}))
     sources.check_host_path(HostPathVolumeSource(path="/dev/null", type="CharDevice"))
-    with pytest.raises(sources.SetupError):  # FileOrCreate does not create the parent directory
+    with pytest.raises(SetupError):  # FileOrCreate does not create the parent directory
         sources.check_host_path(HostPathVolumeSource(path=str(tmp_path / "no" / "f"), type="FileOrCreate"))
 
 
 def test_atomic_writer_swaps_the_payload(tmp_path: Path) -> None:
-    assert sources.write_atomically(tmp_path, {"a": ("1", 0o644), "d/b": ("2", 0o400)})
+    assert atomicwriter.write_atomically(tmp_path, {"a": ("1", 0o644), "d/b": ("2", 0o400)})
     first = os.readlink(tmp_path / "..data")
-    assert not sources.write_atomically(tmp_path, {"a": ("1", 0o644), "d/b": ("2", 0o400)})  # unchanged
-    assert sources.write_atomically(tmp_path, {"a": ("3", 0o644)})
+    assert not atomicwriter.write_atomically(tmp_path, {"a": ("1", 0o644), "d/b": ("2", 0o400)})  # unchanged
+    assert atomicwriter.write_atomically(tmp_path, {"a": ("3", 0o644)})
     assert (tmp_path / "a").read_text() == "3" and not (tmp_path / "d").exists()
     assert not (tmp_path / first).exists(), "the previous payload is removed"
-    with pytest.raises(sources.SetupError):
-        sources.write_atomically(tmp_path, {"../escape": ("x", 0o644)})
+    with pytest.raises(SetupError):
+        atomicwriter.write_atomically(tmp_path, {"../escape": ("x", 0o644)})
 
 
 def test_volume_ownership_groups_everything_and_leaves_symlink_targets_alone(tmp_path: Path) -> None:
@@ -318,17 +317,17 @@ def test_volume_ownership_groups_everything_and_leaves_symlink_targets_alone(tmp
 
 def test_atomic_writer_takes_bytes_and_gives_each_payload_to_the_fs_group(tmp_path: Path) -> None:
     binary = bytes([0xDE, 0xCA, 0xFE, 0xBA, 0xD0, 0xFE, 0xFF])
-    assert sources.write_atomically(tmp_path, {"dump.bin": (binary, 0o400), "t": ("text", 0o644)}, fs_group=4321)
+    assert atomicwriter.write_atomically(tmp_path, {"dump.bin": (binary, 0o400), "t": ("text", 0o644)}, fs_group=4321)
     assert (tmp_path / "dump.bin").read_bytes() == binary
     data = tmp_path / "..data"
     assert stat.S_IMODE((data / "dump.bin").stat().st_mode) == 0o440 and (data / "dump.bin").stat().st_gid == 4321
     assert data.resolve().stat().st_mode & stat.S_ISGID and tmp_path.stat().st_gid == 4321
     # Ownership is part of the payload's identity: the same payload is not rewritten.
-    assert not sources.write_atomically(tmp_path, {"dump.bin": (binary, 0o400), "t": ("text", 0o644)}, fs_group=4321)
+    assert not atomicwriter.write_atomically(tmp_path, {"dump.bin": (binary, 0o400), "t": ("text", 0o644)}, fs_group=4321)
 
 
 async def test_observe_rewrites_downward_api_files_when_a_new_spec_arrives(tmp_path: Path) -> None:
-    """No sleeping: the stage looks for a new ``ctx.pod`` on the injected clock."""
+    """No sleeping and no polling: the stage wakes on the pod's change feed (ctx.pod_changed)."""
     def spec(labels: dict[str, str]) -> Pod:
         return Pod.model_validate({
             "metadata": {"name": "p", "uid": "u", "labels": labels},
@@ -337,9 +336,7 @@ async def test_observe_rewrites_downward_api_files_when_a_new_spec_arrives(tmp_p
                          {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}})
 
     clock = ManualClock()
-    ctx = SimpleNamespace(pod=spec({"a": "1"}), clock=clock, pod_dir=tmp_path, stash=Stash(),
-                          node=SimpleNamespace(ip="", allocatable={}), log=structlog.get_logger("test"),
-                          status=SimpleNamespace(container_waiting=lambda *a: None))
+    ctx = FakePodContext(spec({"a": "1"}), stage="volumes", clock=clock, pod_dir=tmp_path)
     stage = VolumesStage()
     assert (await stage.prepare(ctx)).verdict.value == "Continue"  # type: ignore[arg-type]
     labels = tmp_path / "volumes" / sources.DOWNWARD_API / "v" / "labels"
@@ -356,15 +353,14 @@ async def test_observe_rewrites_downward_api_files_when_a_new_spec_arrives(tmp_p
         clock.advance(30)
         await wait_for(asleep, 5, "observe asleep again")
         assert os.readlink(labels.parent / "..data") == first  # nothing new: nothing rewritten
-        ctx.pod = spec({"a": "1", "b": "2"})  # what the worker does when the source sees an edit
-        clock.advance(1)
+        ctx.set_pod(spec({"a": "1", "b": "2"}))  # what the worker does when the source sees an edit
         await wait_for(asleep, 5, "observe asleep after the change")
         assert labels.read_text() == 'a="1"\nb="2"'
         tg.cancel_scope.cancel()
 
 
 def test_mounts_under_reads_the_table_deepest_first(tmp_path: Path) -> None:
-    from plugins.volumes.mountinfo import is_mount_point
+    from nodeagent.mounttable import is_mount_point
 
     table = tmp_path / "mountinfo"
     table.write_text(

@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--node", choices=["nodeagent", "kubelet"], default="nodeagent",
                        help="what runs the node: nodeagent (default), or the upstream kubelet "
                             "built from the same module, as a baseline of this environment")
+    p_run.add_argument("--runtime", choices=["containerd2", "containerd1.6"], default=None,
+                       help="the containerd the node runs on (default $NODEAGENT_RUNTIME, else "
+                            "containerd2: 2.x built from the Go module proxy; containerd1.6: Debian's)")
     p_run.add_argument("--node-name", default=runner.DEFAULT_NODE)
     p_run.add_argument("--node-timeout", type=float, default=180.0,
                        help="seconds to wait for the Node to be Ready")
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                               node_timeout=args.node_timeout, suite_timeout=args.suite_timeout,
                               markdown=args.markdown, keep=args.keep, dry_run=args.dry_run,
                               nodeagent_args=args.nodeagent_args, e2e_args=args.e2e_args,
-                              node=args.node)
+                              node=args.node, runtime=args.runtime)
         return runner.run(opts)
     if args.command == "list":
         return runner.run(runner.Options(focus=args.focus, slice=args.slice, dry_run=True))

@@ -84,7 +84,7 @@ NOT_BUILT: dict[str, str] = {
         "must NOT exist: the 'invalid registry' test expects the pull to fail",
     f"{E2E_REGISTRY}/kitten:1.8":
         "image-volume content image; only the ImageVolume feature tests use it (skipped: "
-        "containerd 1.6 has no image volumes)",
+        "they pull it with imagePullPolicy Always, and nodeagent has no image volumes yet)",
     f"{E2E_REGISTRY}/agnhost (PullAlways)":
         "'should be able to pull image' sets imagePullPolicy Always: the node must reach "
         "registry.k8s.io, which no machine here can",

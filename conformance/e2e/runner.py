@@ -64,6 +64,8 @@ class Options:
     # "nodeagent" (the point), or "kubelet": the upstream kubelet built from the
     # same module, as a baseline that tells environment limits from agent bugs.
     node: str = "nodeagent"
+    # The containerd (devenv.runtime): None is $NODEAGENT_RUNTIME's choice, containerd 2.x by default.
+    runtime: str | None = None
 
     @property
     def reports(self) -> Path:
@@ -118,11 +120,12 @@ class Environment:
     def __init__(self, opts: Options, bin_dir: Path) -> None:
         from controlplane import ControlPlane
         from devenv.containerd import Containerd
+        from devenv.runtime import selected
         self.opts = opts
         self.bin_dir = bin_dir
         self.work = opts.workdir
         self.cp = ControlPlane(self.work / "cp", bin_dir=bin_dir)
-        self.ctd = Containerd(self.work / "ctd")
+        self.ctd = Containerd(self.work / "ctd", runtime=selected(opts.runtime))
         self.node_dir = self.work / "node"
         self.nodeagent_log = self.work / f"{opts.node}.log"
         self.nodeagent: subprocess.Popen[bytes] | None = None
@@ -159,7 +162,9 @@ class Environment:
         t0 = time.monotonic()
         self.ctd.start()
         self.ctd.import_images(archives)
-        log(f"containerd up with images imported in {time.monotonic() - t0:.1f}s ({self.ctd.endpoint})")
+        version = self.ctd.version()
+        log(f"{self.ctd.runtime.name} ({version.get('runtime_name')} {version.get('runtime_version')}) up "
+            f"with images imported in {time.monotonic() - t0:.1f}s ({self.ctd.endpoint})")
         t0 = time.monotonic()
         self.cp.start()
         log(f"control plane up in {time.monotonic() - t0:.1f}s ({self.cp.server_url})")

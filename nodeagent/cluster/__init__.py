@@ -8,7 +8,6 @@ What it adds to the agent, each in its own module:
 * ``statussink`` — the status writer's sink to the API (strategic merge patches, graceful deletion's end);
 * ``mirror``     — mirror pods for static pods;
 * ``kubeevents`` — the kubelet's Events from bus facts;
-* ``nodewatch``  — the Node as the API has it (its taints), for stages that admit against it.
 
 :class:`ClusterMode` builds them from the configuration and the agent's parts; the composition
 root (nodeagent.agent) starts them and wires the source into the runtime replay.

@@ -128,7 +128,6 @@ class KubeEvents:
 
     def translate(self, event: ev.Event) -> None:
         """Turn one fact into zero or more Events."""
-        kind = getattr(event, "kind", "")
         uid = event.pod.uid
         if isinstance(event, ev.TaskFailed):
             # Not the kubelet's (its failures end the process); an operator watching the Node's
@@ -146,6 +145,10 @@ class KubeEvents:
             return
         facts = self._pods.get(uid)
         if facts is None or not uid:
+            return
+        declared = event.kube_event()  # a stage's fact that says which Event it is
+        if declared is not None:
+            self.record(self._involved(facts, declared.container), declared.type, declared.reason, declared.message)
             return
         container = str(getattr(event, "container", "") or "")
         at = self._involved(facts, container)
@@ -165,24 +168,6 @@ class KubeEvents:
             # only the ones this agent created were started now.
             if event.container_id in facts.created:
                 self.record(at, NORMAL, "Started", f"Started container {container}")
-        elif kind == "ContainerKilled":
-            self.record(at, NORMAL, "Killing", f"Stopping container {container}")
-        elif kind == "UnhealthyContainerKilled":
-            self.record(at, NORMAL, "Killing", str(getattr(event, "message", "")))
-        elif kind == "ContainerFailed":  # plugins/runtime: cannot configure, create or start
-            self.record(at, WARNING, "Failed", f"Error: {getattr(event, 'message', '')}")
-        elif kind == "ContainerBackedOff":
-            self.record(at, WARNING, "BackOff", str(getattr(event, "message", "")))
-        elif kind == "ProbeFailed":
-            self.record(at, WARNING, "Unhealthy", str(getattr(event, "message", "")))
-        elif kind == "ProbeWarned":
-            self.record(at, WARNING, "ProbeWarning", str(getattr(event, "message", "")))
-        elif kind == "HookFailed":
-            self.record(at, WARNING, str(getattr(event, "reason", "")), str(getattr(event, "message", "")))
-        elif kind == "PullSecretsUnavailable":  # plugins/runtime: a failed pull, some secrets unread
-            # On the pod, as the kubelet records it after the sync (no container fieldPath).
-            self.record(self._involved(facts, ""), WARNING, str(getattr(event, "reason", "")),
-                        str(getattr(event, "message", "")))
         elif isinstance(event, ev.PodRejected):
             self.record(at, WARNING, event.reason, event.message)
         elif isinstance(event, ev.PodWaiting) and event.reason in _WAITING:

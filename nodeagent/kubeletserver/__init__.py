@@ -1,7 +1,11 @@
 """The kubelet HTTP API (HTTPS on ``port``, default 10250), so that ``kubectl logs``,
 ``kubectl exec``, ``attach`` and ``port-forward`` work through the API server.
 
-    server.py         TLS listener, routing, authentication, pod lookups (the kubelet's server.go)
+    server.py         TLS, the auth filter, routing, the request log, pod lookups (the kubelet's server.go)
+    authn.py          who is asking: x509 client certificates, TokenReview, anonymous
+    authz.py          what they may do: request attributes, SubjectAccessReview, AlwaysAllow
+    review.py         the reviews' cache (TTL, bounded, single flight) and retry
+    listener.py       the accept loop: a connection cap, accept errors survived
     wire.py           the HTTP/1.1 we need, by hand over anyio streams
     containerlogs.py  /containerLogs, on top of nodeagent.logreader
     streams.py        /exec /attach /portForward: CRI streaming URL, then a byte splice

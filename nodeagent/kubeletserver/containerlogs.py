@@ -4,19 +4,20 @@ The files are read by :mod:`nodeagent.logreader` (CRI format, partial lines join
 across rotation); this module turns the query into options, answers with the kubelet's status
 codes and messages, and streams the body chunked as the kubelet does.
 
-``follow`` runs logreader's blocking follower in a worker thread that hands batches to the
-event loop. It ends when the container's instance will write no more, when ``limitBytes`` is
-reached, or when the client goes away: the follower's liveness check then answers False, so the
-thread ends within a second instead of polling a silent file forever.
+The file is read by logreader in a worker thread that hands batches (about 64 KiB each) to
+the event loop through a small bounded stream, so a request holds a few batches at most,
+never a whole file, however slowly its client reads. ``follow`` ends when the container's
+instance will write no more, when ``limitBytes`` is reached, or when the client goes away:
+the follower's liveness check then answers False, so the thread ends within a second instead
+of polling a silent file forever.
 """
 
 from __future__ import annotations
 
 import ssl
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -27,11 +28,11 @@ from nodeagent import logreader as lr
 from nodeagent.kubeletserver.wire import ChunkedBody, respond
 
 STREAMS = {"All": None, "Stdout": "stdout", "Stderr": "stderr"}
-FOLLOW_BUFFER = 16
-"""Batches a follower may run ahead of a slow client before it waits."""
+FOLLOW_BUFFER = 2
+"""Batches a reader may run ahead of a slow client before it waits (each about 64 KiB)."""
 FOLLOWERS = 256
+"""Log readers at once (each holds a thread while it runs)."""
 _CLIENT_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError, ssl.SSLError, OSError)
-"""Log followers at once (each holds a thread while it runs)."""
 
 
 class OptionError(Exception):
@@ -149,7 +150,7 @@ def _render(lines: Iterable[lr.Line], options: LogOptions) -> bytes:
 
 async def serve_logs(client: ByteStream, subject: LogSubject, container: str, options: LogOptions,
                      client_gone: Callable[[], Any], now_nanos: int) -> None:
-    """Answer one log request. ``client_gone`` is awaited beside a follower and returns when the
+    """Answer one log request. ``client_gone`` is awaited beside the reader and returns when the
     client closes its side."""
     try:
         path, attempt = lr.log_file(subject.target, container, previous=options.previous)
@@ -157,21 +158,20 @@ async def serve_logs(client: ByteStream, subject: LogSubject, container: str, op
         await respond(client, 400, str(exc))
         return
     since = options.since_nanos(now_nanos)
+    follow = options.follow and not options.previous
+
+    def batches(alive: Callable[[], bool]) -> Iterator[list[lr.Line]]:
+        if not follow:
+            yield from lr.stream(path, options.tail_lines, since)
+            return
+        written = lr.writer_alive(subject.target, container, attempt, lambda: _rows_from_loop(subject.rows))
+        for lines, _initial in lr.follow(path, lambda: alive() and written(), tail=options.tail_lines,
+                                         since_nanos=since):
+            yield lines
+
     body = ChunkedBody(client)
-    limit = _Limit(options.limit_bytes)
-    if not options.follow or options.previous:
-        try:
-            lines = await anyio.to_thread.run_sync(lr.read, path)
-        except FileNotFoundError:  # rotated away between the listing and the open
-            lines = []
-        data = limit.take(_render(lr.select(lines, options.tail_lines, since), options))
-        await body.start()
-        for offset in range(0, len(data), 64 * 1024):
-            await body.write(data[offset: offset + 64 * 1024])
-        await body.end()
-        return
     await body.start()
-    await _follow(body, subject, container, path, attempt, options, since, limit, client_gone)
+    await _pump(body, batches, options, _Limit(options.limit_bytes), client_gone)
     await body.end()
 
 
@@ -187,24 +187,23 @@ def _follower_limiter() -> anyio.CapacityLimiter:
     return _followers
 
 
-async def _follow(body: ChunkedBody, subject: LogSubject, container: str, path: Path, attempt: int,
-                  options: LogOptions, since: int | None, limit: _Limit, client_gone: Callable[[], Any]) -> None:
+async def _pump(body: ChunkedBody, batches: Callable[[Callable[[], bool]], Iterator[list[lr.Line]]],
+                options: LogOptions, limit: _Limit, client_gone: Callable[[], Any]) -> None:
+    """Run ``batches`` in a worker thread and write what it yields, until it ends, the limit is
+    reached or the client goes."""
     stop = threading.Event()
-    written = lr.writer_alive(subject.target, container, attempt, lambda: _rows_from_loop(subject.rows))
-
-    def alive() -> bool:
-        return not stop.is_set() and written()
-
     send, receive = anyio.create_memory_object_stream[bytes](FOLLOW_BUFFER)
 
     def pump(out: MemoryObjectSendStream[bytes]) -> None:
         try:
-            for lines, initial in lr.follow(path, alive):
-                data = _render(lr.select(lines, options.tail_lines, since) if initial else lines, options)
+            for lines in batches(lambda: not stop.is_set()):
+                if stop.is_set():
+                    return
+                data = _render(lines, options)
                 if data:
                     anyio.from_thread.run(out.send, data)
         except FileNotFoundError:
-            return
+            return  # rotated away between the listing and the open
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, RuntimeError):
             return  # the request is over (client gone, limit reached, agent stopping)
 

@@ -8,23 +8,27 @@
     GET|POST /attach/{ns}/{pod}[/{uid}]/{container}     input output error tty
     GET|POST /portForward/{ns}/{pod}[/{uid}]            port (websocket only)
 
-Authentication: with ``authentication.x509.clientCAFile``, a client must present a certificate
-signed by that CA (else 401); without it every TLS client is served. Any authenticated client
-may use every endpoint: the kubelet's Webhook authorization (a SubjectAccessReview per request)
-is not done. The server never listens without TLS.
+Every request is authenticated (authn.py: x509, TokenReview, anonymous), then authorized
+(authz.py: SubjectAccessReview or AlwaysAllow), then routed: 401 ``Unauthorized``, 403
+``Forbidden (user=..., verb=..., resource=nodes, subresource(s)=[...])``, 500 when the
+authorizer cannot answer, as the kubelet. Each request is logged once, with the caller, the
+decision and the status. Connections are capped and accept errors survived (listener.py);
+the server never listens without TLS.
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
 import structlog
-from anyio.abc import ByteStream, SocketStream
+from anyio.abc import ByteStream, SocketListener, SocketStream
+from anyio.streams.stapled import MultiListener
 from anyio.streams.tls import TLSAttribute, TLSStream
 
 from cri import CriError, RuntimeClient
@@ -32,9 +36,10 @@ from cri import types as t
 from nodeagent import logreader as lr
 from nodeagent.config import AgentConfig
 from nodeagent.events import PodRef
-from nodeagent.kubeletserver import containerlogs, streams
+from nodeagent.kubeletserver import authn, authz, containerlogs, streams
 from nodeagent.kubeletserver.certs import server_context, serving_pair
-from nodeagent.kubeletserver.wire import BadRequest, Request, read_request, respond
+from nodeagent.listener import MAX_CONNECTIONS, ConnectionLimit, Slot, accept_loop
+from nodeagent.kubeletserver.wire import BadRequest, Request, StatusRecorder, read_request, respond
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
 from nodeagent.pleg import Relister
@@ -86,17 +91,27 @@ class SerialSend(ByteStream):
 
 class KubeletServer:
     """Reads the agent's state (status writer, relister's runtime cache) and calls the runtime;
-    it changes nothing in the agent."""
+    it changes nothing in the agent. ``api`` is the node's API client (cluster mode), used
+    for TokenReviews and SubjectAccessReviews only.
+
+    Raises ConfigError when the configuration gives no way to authenticate or names a
+    webhook without an API client: the kubelet refuses to start then, and so do we."""
 
     def __init__(self, config: AgentConfig, *, status: StatusWriter, relister: Relister, runtime: RuntimeClient,
-                 healthz: Callable[[], tuple[bool, str]]) -> None:
+                 healthz: Callable[[], tuple[bool, str]], api: Any = None,
+                 max_connections: int | None = None) -> None:
         self._config = config
         self._status = status
         self._relister = relister
         self._runtime = runtime
         self._healthz = healthz
         self._context: ssl.SSLContext | None = None
-        self._client_ca = config.authentication.x509.client_ca_file
+        self._client_ca = authn.client_ca(config)
+        self.authenticator = authn.build(config, api, self._client_ca)
+        self.authorizer = authz.build(config, api)
+        self.connections = ConnectionLimit(max_connections or _default_max_connections())
+        self.decisions: dict[str, int] = {}
+        """Requests by decision (allowed, denied, unauthenticated, error), for the metrics."""
         self.port: int | None = None
         """The bound port (the configured one, or the kernel's choice for port 0) once listening."""
 
@@ -104,9 +119,13 @@ class KubeletServer:
         """Serve until cancelled. Reports the bound port once listening, or None if the port is
         taken: then it keeps trying (the kubelet exits instead; pods matter more than logs)."""
         cert, key = await anyio.to_thread.run_sync(serving_pair, self._config)
-        self._context = server_context(cert, key, self._client_ca)
-        if self._client_ca is None:
-            log.warning("kubelet API serves every TLS client: authentication.x509.clientCAFile is not set")
+        ca = await anyio.to_thread.run_sync(authn.write_client_ca, self._client_ca) if self._client_ca else None
+        self._context = server_context(cert, key, ca)
+        mode = authz.mode(self._config)
+        log.info("kubelet API authentication and authorization", authentication=",".join(self.authenticator.names),
+                 client_ca=str(ca) if ca else None, authorization=mode, max_connections=self.connections.limit)
+        if self.authenticator.anonymous and mode == "AlwaysAllow":
+            log.warning("kubelet API serves every client: authentication.anonymous.enabled with AlwaysAllow")
         listener = await self._listen()
         task_status.started(self.port)
         delay = 1.0
@@ -114,10 +133,12 @@ class KubeletServer:
             await anyio.sleep(delay)
             delay = min(delay * 2, BIND_RETRY_MAX_SECONDS)
             listener = await self._listen()
-        async with listener:
-            await listener.serve(self._connection)
+        async with listener, anyio.create_task_group() as tg:
+            for one in listener.listeners:
+                assert isinstance(one, SocketListener)  # what create_tcp_listener makes
+                tg.start_soon(accept_loop, one, self._connection, self.connections, tg)
 
-    async def _listen(self) -> anyio.abc.Listener[SocketStream] | None:
+    async def _listen(self) -> MultiListener[SocketStream] | None:
         address, port = self._config.address, self._config.port
         try:
             listener = await anyio.create_tcp_listener(local_host=address, local_port=port)
@@ -126,22 +147,42 @@ class KubeletServer:
                       address=address, port=port, error=str(exc))
             return None
         self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        log.info("kubelet API listening", url=f"https://{address}:{self.port}",
-                 client_ca=str(self._client_ca) if self._client_ca else None)
+        log.info("kubelet API listening", url=f"https://{address}:{self.port}")
         return listener
+
+    def render_metrics(self) -> str:
+        """nodeagent_kubelet_api_* series, for the agent's /metrics."""
+        c = self.connections.counters
+        reviewer = authn.token_reviewer(self.authenticator)
+        lines = ["# TYPE nodeagent_kubelet_api_connections gauge",
+                 f"nodeagent_kubelet_api_connections {self.connections.open}",
+                 "# TYPE nodeagent_kubelet_api_connections_total counter"]
+        for outcome, count in (("accepted", c.accepted), ("refused", c.refused), ("evicted", c.evicted),
+                               ("accept_error", c.accept_errors)):
+            lines.append(f'nodeagent_kubelet_api_connections_total{{outcome="{outcome}"}} {count}')
+        lines.append("# TYPE nodeagent_kubelet_api_requests_total counter")
+        for decision, count in sorted(self.decisions.items()):
+            lines.append(f'nodeagent_kubelet_api_requests_total{{decision="{decision}"}} {count}')
+        lines.append("# TYPE nodeagent_kubelet_api_reviews_total counter")
+        if reviewer is not None:
+            lines.append(f'nodeagent_kubelet_api_reviews_total{{kind="TokenReview"}} {reviewer.sent}')
+        if isinstance(self.authorizer, authz.WebhookAuthorizer):
+            lines.append(f'nodeagent_kubelet_api_reviews_total{{kind="SubjectAccessReview"}} {self.authorizer.sent}')
+        return "\n".join(lines) + "\n"
 
     # --- connections ----------------------------------------------------------------
 
-    async def _connection(self, raw: SocketStream) -> None:
+    async def _connection(self, raw: SocketStream, slot: Slot) -> None:
         assert self._context is not None
         async with raw:
             try:
                 with anyio.fail_after(HANDSHAKE_TIMEOUT_SECONDS):
-                    client = await TLSStream.wrap(SerialSend(raw), server_side=True, ssl_context=self._context,
-                                                  standard_compatible=False)
+                    tls = await TLSStream.wrap(SerialSend(raw), server_side=True, ssl_context=self._context,
+                                               standard_compatible=False)
             except (*_GONE, TimeoutError) as exc:
                 log.debug("TLS handshake failed", error=str(exc) or type(exc).__name__)
                 return
+            client = StatusRecorder(tls)
             try:
                 try:
                     with anyio.fail_after(REQUEST_HEAD_TIMEOUT_SECONDS):
@@ -149,10 +190,16 @@ class KubeletServer:
                 except BadRequest as exc:
                     await respond(client, 400, f"{exc}\n")
                     return
-                if self._client_ca is not None and not client.extra(TLSAttribute.peer_certificate, None):
-                    await respond(client, 401, "Unauthorized\n")
-                    return
-                await self._route(client, raw, request)
+                started = time.monotonic()
+                outcome = _Outcome()
+                try:
+                    passed = await self._authorized(client, request, tls.extra(TLSAttribute.peer_certificate, None),
+                                                    outcome)
+                    if passed is not None:
+                        self.connections.activate(slot)
+                        await self._route(client, raw, passed)
+                finally:
+                    self._log_request(request, outcome, client.status, time.monotonic() - started)
             except (*_GONE, TimeoutError):
                 return
             except Exception:  # one bad request must not take the listener (and the agent) down
@@ -162,7 +209,47 @@ class KubeletServer:
                 except _GONE:
                     pass
 
-    async def _route(self, client: TLSStream, raw: SocketStream, request: Request) -> None:
+    async def _authorized(self, client: StatusRecorder, request: Request, peer: Mapping[str, Any] | None,
+                          outcome: _Outcome) -> Request | None:
+        """The request with its credentials removed when it may go on; else the answer is
+        sent (401, 403, 500) and None returned. The kubelet's InstallAuthFilter."""
+        try:
+            user = await self.authenticator.authenticate(request, peer)
+        except authn.AuthenticationError as exc:
+            log.debug("kubelet API: authentication failed", error=str(exc))
+            user = None
+        if user is None:
+            outcome.decision = "unauthenticated"
+            await respond(client, 401, "Unauthorized")
+            return None
+        outcome.user = user
+        attrs = authz.attributes(user, request.method, request.decoded_path, self._config.node_name)
+        outcome.verb = attrs[0].verb
+        try:
+            allowed = await authz.authorize(self.authorizer, attrs)
+        except authz.AuthorizationError as exc:
+            outcome.decision = "error"
+            failed = exc.attributes
+            log.error("kubelet API: authorization error", error=str(exc), user=user.name, verb=failed.verb,
+                      resource=failed.resource, subresource=failed.subresource)
+            await respond(client, 500, authz.error_message(failed))
+            return None
+        if not allowed:
+            outcome.decision = "denied"
+            await respond(client, 403, authz.forbidden_message(attrs))
+            return None
+        outcome.decision = "allowed"
+        return request.without_credentials()
+
+    def _log_request(self, request: Request, outcome: _Outcome, status: int | None, seconds: float) -> None:
+        # The path only: queries carry exec commands; headers carry tokens.
+        self.decisions[outcome.decision] = self.decisions.get(outcome.decision, 0) + 1
+        user = outcome.user
+        log.info("kubelet API request", user=user.name if user else None,
+                 groups=",".join(user.groups) if user else None, verb=outcome.verb, method=request.method,
+                 path=request.path, decision=outcome.decision, status=status, seconds=round(seconds, 3))
+
+    async def _route(self, client: ByteStream, raw: SocketStream, request: Request) -> None:
         parts = request.segments()
         head = parts[0] if parts else ""
         streaming = head in ("exec", "attach", "portForward")
@@ -210,7 +297,7 @@ class KubeletServer:
 
     # --- /containerLogs ---------------------------------------------------------------
 
-    async def _logs(self, client: TLSStream, raw: SocketStream, request: Request, parts: list[str]) -> None:
+    async def _logs(self, client: ByteStream, raw: SocketStream, request: Request, parts: list[str]) -> None:
         if len(parts) != 3 or not all(parts):
             await respond(client, 404, "404 page not found\n")
             return
@@ -232,7 +319,11 @@ class KubeletServer:
             return
         statuses = {cs["name"]: cs for key in ("containerStatuses", "initContainerStatuses")
                     for cs in status.get(key, [])}
-        directory = lr.pod_log_dir(self._config.pod_logs_dir, ref.namespace, ref.name, ref.uid)
+        try:
+            directory = lr.pod_log_dir(self._config.pod_logs_dir, ref.namespace, ref.name, ref.uid)
+        except ValueError as exc:  # hostpaths.UnsafeName: a rejected pod has no log directory
+            await respond(client, 404, f'pod "{name}" has no logs: {exc}')
+            return
         target = lr.Target(lr.PodDir(ref.namespace, ref.name, ref.uid, directory), containers, init, statuses,
                            from_agent=True)
         subject = containerlogs.LogSubject(target, self._rows)
@@ -241,7 +332,7 @@ class KubeletServer:
 
     # --- /exec /attach /portForward ----------------------------------------------------
 
-    async def _stream(self, client: TLSStream, request: Request, kind: str, parts: list[str]) -> None:
+    async def _stream(self, client: ByteStream, request: Request, kind: str, parts: list[str]) -> None:
         websocket = request.is_websocket
         if kind == "portForward":
             if len(parts) not in (2, 3):
@@ -294,7 +385,25 @@ class KubeletServer:
             raise streams.StreamError({"NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429}.get(code, 500), str(exc)) from exc
         log.info("streaming session", kind=kind, pod=f"{ref.namespace}/{ref.name}",
                  protocol=request.header("Upgrade") or "", websocket=websocket)
-        await streams.splice(client, request, url)
+        await streams.splice(client, request, url, idle_timeout=self._config.streaming_connection_idle_timeout)
+
+
+class _Outcome:
+    """What the auth filter decided, for the request's log line."""
+
+    def __init__(self) -> None:
+        self.decision = "error"
+        self.user: authn.UserInfo | None = None
+        self.verb: str | None = None
+
+
+def _default_max_connections() -> int:
+    """MAX_CONNECTIONS, but never more than a quarter of the open-file limit: the rest of the
+    agent (runtime, API, log files) needs descriptors too."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(16, min(MAX_CONNECTIONS, soft // 4))
 
 
 async def _closed_by_peer(raw: SocketStream) -> None:

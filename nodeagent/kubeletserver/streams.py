@@ -91,8 +91,9 @@ def forward_ports(query: Mapping[str, list[str]], websocket: bool) -> list[int]:
     return ports
 
 
-async def splice(client: ByteStream, request: Request, url: str) -> None:
-    """Send ``request`` to ``url`` and copy bytes both ways until either side is done."""
+async def splice(client: ByteStream, request: Request, url: str, *, idle_timeout: float = 4 * 3600.0) -> None:
+    """Send ``request`` to ``url`` and copy bytes both ways until either side is done, or no
+    byte has gone either way for ``idle_timeout`` seconds (streamingConnectionIdleTimeout)."""
     target = urlsplit(url)
     if target.scheme not in ("http", "https") or not target.hostname:
         raise StreamError(500, f"the runtime returned an unusable streaming URL {url!r}")
@@ -116,19 +117,43 @@ async def splice(client: ByteStream, request: Request, url: str) -> None:
     except (OSError, TimeoutError) as exc:
         raise StreamError(500, f"error dialing the runtime's streaming server {target.netloc}: {exc}") from exc
     path = target.path + (f"?{target.query}" if target.query else "")
+    activity = _Activity()
     async with backend:
         await backend.send(request.head_for(path, target.netloc) + request.rest)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_copy, client, backend, tg.cancel_scope)
-            tg.start_soon(_copy, backend, client, tg.cancel_scope)
+            tg.start_soon(_copy, client, backend, tg.cancel_scope, activity)
+            tg.start_soon(_copy, backend, client, tg.cancel_scope, activity)
+            tg.start_soon(_idle_watch, activity, idle_timeout, tg.cancel_scope)
 
 
-async def _copy(source: ByteStream, sink: ByteStream, done: anyio.CancelScope) -> None:
+class _Activity:
+    """When a byte last went either way."""
+
+    def __init__(self) -> None:
+        self.last = anyio.current_time()
+
+    def touch(self) -> None:
+        self.last = anyio.current_time()
+
+
+async def _idle_watch(activity: _Activity, timeout: float, done: anyio.CancelScope) -> None:
+    while True:
+        left = activity.last + timeout - anyio.current_time()
+        if left <= 0:
+            log.info("streaming session idle; closing it", idle_seconds=timeout)
+            done.cancel()
+            return
+        await anyio.sleep(left)
+
+
+async def _copy(source: ByteStream, sink: ByteStream, done: anyio.CancelScope, activity: _Activity) -> None:
     # Either direction ending ends the session, as in the kubelet's proxy: a half-open
     # exec session would otherwise hold both connections until some timeout.
     try:
         while True:
-            await sink.send(await source.receive(COPY_CHUNK))
+            data = await source.receive(COPY_CHUNK)
+            activity.touch()
+            await sink.send(data)
     except _CLOSED:
         pass
     finally:

@@ -9,15 +9,18 @@ the head belong to the upgraded protocol (they are kept in ``Request.rest`` for 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from anyio.abc import ByteStream
 
 MAX_HEAD_BYTES = 64 * 1024
+BEARER_PROTOCOL_PREFIX = "base64url.bearer.authorization.k8s.io."
 
 REASONS = {
-    101: "Switching Protocols", 200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+    101: "Switching Protocols", 200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+    404: "Not Found",
     405: "Method Not Allowed", 422: "Unprocessable Entity", 429: "Too Many Requests",
     500: "Internal Server Error", 502: "Bad Gateway",
 }
@@ -40,6 +43,11 @@ class Request:
     @property
     def path(self) -> str:
         return urlsplit(self.target).path
+
+    @property
+    def decoded_path(self) -> str:
+        """The path percent-decoded, as Go's URL.Path: what authorization looks at."""
+        return unquote(self.path)
 
     def segments(self) -> list[str]:
         """The path's segments, each percent-decoded (a segment never contains a slash)."""
@@ -70,6 +78,24 @@ class Request:
     @property
     def is_websocket(self) -> bool:
         return self.is_upgrade and "websocket" in self.header_tokens("Upgrade")
+
+    def without_credentials(self) -> Request:
+        """This request without what authenticated it: the ``Authorization`` header and a
+        websocket bearer subprotocol are not for the runtime's streaming server (the API
+        server's authenticators remove them once used; we remove them always)."""
+        headers: list[tuple[str, str]] = []
+        for name, value in self.headers:
+            lowered = name.lower()
+            if lowered == "authorization":
+                continue
+            if lowered == "sec-websocket-protocol":
+                kept = [p.strip() for p in value.split(",")
+                        if p.strip() and not p.strip().startswith(BEARER_PROTOCOL_PREFIX)]
+                if not kept:
+                    continue
+                value = ", ".join(kept)
+            headers.append((name, value))
+        return replace(self, headers=tuple(headers))
 
     def head_for(self, target: str, host: str) -> bytes:
         """This request's head sent on to ``host`` for ``target``: what the kubelet's
@@ -136,3 +162,34 @@ class ChunkedBody:
 
     async def end(self) -> None:
         await self._stream.send(b"0\r\n\r\n")
+
+
+class StatusRecorder(ByteStream):
+    """A client stream that remembers the status of the response sent on it (ours, or the
+    runtime's answer to a spliced upgrade), for the request log."""
+
+    def __init__(self, stream: ByteStream) -> None:
+        self._stream = stream
+        self._head = b""
+        self.status: int | None = None
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        return await self._stream.receive(max_bytes)
+
+    async def send(self, item: bytes) -> None:
+        if self.status is None and len(self._head) < 32:
+            self._head += item[:32]
+            parts = self._head.split(b" ", 2)
+            if len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1][:3].isdigit():
+                self.status = int(parts[1][:3])
+        await self._stream.send(item)
+
+    async def send_eof(self) -> None:
+        await self._stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    @property
+    def extra_attributes(self) -> Any:
+        return self._stream.extra_attributes

@@ -10,7 +10,7 @@ bound to the pod), and
   writer (the kubelet's ``..data`` layout); secret and projected volumes on a tmpfs;
 * contributes each container's volumeMounts of them (read-only, subPath) and the values its
   envFrom / configMapKeyRef / secretKeyRef take (:class:`nodeagent.additions.ApiEnv`, read by
-  plugins/runtime/env.py) through :mod:`nodeagent.additions`.
+  nodeagent/kube/env.py) through :mod:`nodeagent.additions`.
 
 A required configMap or secret that is missing makes a volume fail (RETRY, ``FailedMount``,
 the kubelet's ``MountVolume.SetUp failed for volume "v" : configmap "x" not found``); for env
@@ -19,7 +19,7 @@ the kubelet. observe re-reads everything every ``resyncSeconds`` (sooner while s
 missing) so that volumes follow their objects and containers that (re)start get current env,
 and refreshes each token at 80% of its lifetime; a changed pod (labels, annotations) is
 resolved at once, so that projected downwardAPI files follow it. With ``securityContext.fsGroup``
-every volume is given to that group (:mod:`plugins.volumes.ownership`). unprepare unmounts and
+every volume is given to that group (:mod:`nodeagent.volumeutil.ownership`). unprepare unmounts and
 removes the volumes.
 
 Standalone (no API client) the stage does nothing and reports these fields as unhonoured.
@@ -39,12 +39,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cri import types as t
 from nodeagent import events as ev
-from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, contribute
+from nodeagent import hostpaths
+from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, ContainerAdditions, VolumeBind, add_mounts
 from nodeagent.model import EmptyDirVolumeSource, Volume, unhonoured_fields
+from nodeagent.objects import View, kinds
+from nodeagent.unsupported import UNSUPPORTED_FIELD, UNSUPPORTED_VOLUME
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
 from plugins.apivolumes.envsources import resolve_env, uses_api
-from plugins.apivolumes.objects import ObjectReader, ObjectUnavailable
+from nodeagent.kube.configdata import ObjectReader, ObjectUnavailable
 from plugins.apivolumes.payload import (
     CONFIG_MAP,
     PROJECTED,
@@ -64,18 +67,13 @@ from plugins.apivolumes.tokens import (
     TokenUnavailable,
     request_token,
 )
-from plugins.runtime.env import FieldError, PodFacts, container_env
-from plugins.volumes import sources
-from plugins.volumes.mountinfo import (
-    MountError,
-    is_mount_point,
-    mount_tmpfs,
-    mounts_under,
-    unmount,
-)
-from plugins.volumes.mounts import MountConfigError, PreparedVolume, container_mounts
-from plugins.volumes.ownership import fs_group_of
-from plugins.volumes.specwatch import pod_changed
+from nodeagent.kube.env import FieldError, PodFacts, container_env
+from nodeagent.mounttable import is_mount_point, mounts_under
+from nodeagent.volumeutil import SetupError
+from nodeagent.volumeutil.atomicwriter import DATA_DIR, write_atomically
+from nodeagent.volumeutil.mounts import MountConfigError, PreparedVolume, container_mounts
+from nodeagent.volumeutil.ownership import fs_group_of
+from nodeagent.volumeutil.tmpfs import MountError, mount_tmpfs, tmpfs_size, unmount
 
 FAILED_MOUNT = "FailedMount"
 CONFIG_ERROR = "CreateContainerConfigError"
@@ -84,9 +82,7 @@ FIRST_RETRY_SECONDS = 2.0
 """observe re-reads this soon after a failed pass (doubling up to resyncSeconds): a pod waiting
 for a configMap starts soon after it is created."""
 
-CONTRIBUTED = StashKey[dict[str, list[t.Mount]]]("apivolumes.contributed")
 """Container name → the mounts this stage added, so that a later pass replaces them."""
-ENV_GIVEN = StashKey[set[str]]("apivolumes.env_given")
 """Containers whose ApiEnv this stage set."""
 REPORTED = StashKey[bool]("apivolumes.reported")
 """Standalone: the unhonoured fields were reported (once per pod, not once per prepare)."""
@@ -106,7 +102,7 @@ class Pass:
     volume_errors: dict[str, str] = field(default_factory=dict)
     """Volume name → why it could not be (re)written (the kubelet's message)."""
     env: dict[str, ApiEnv] = field(default_factory=dict)
-    mounts: dict[str, list[t.Mount]] = field(default_factory=dict)
+    mounts: dict[str, list[t.Mount | VolumeBind]] = field(default_factory=dict)
     mount_error: tuple[str, str] | None = None
     """(container, message) when a container's mounts cannot be made."""
     token_errors: list[str] = field(default_factory=list)
@@ -122,9 +118,12 @@ class Pass:
 
 class ApiVolumesStage(Prepare, Observe):
     name: ClassVar[str] = "apivolumes"
+    provides = (CONTAINER_ADDITIONS,)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._services: View | None = None
+        """Every namespace's services (the kubelet's service informer), asked for at first use."""
 
     def describe(self) -> dict[str, Any]:
         return self.settings.model_dump(by_alias=True)
@@ -132,8 +131,10 @@ class ApiVolumesStage(Prepare, Observe):
     # --- prepare ---------------------------------------------------------------------------
 
     async def prepare(self, ctx: PodContext) -> Result:
-        pod = ctx.pod
-        if ctx.api is None:
+        if not ctx.objects.cluster:
+            refused = _standalone_refusal(ctx.pod)
+            if refused is not None:
+                return refused  # refuse, never ignore: the pod would run without its volume or env
             await self._report_unhonoured(ctx)
             return Result.skip()
         # Every API pod: at least its containers' service variables come from the API.
@@ -173,7 +174,7 @@ class ApiVolumesStage(Prepare, Observe):
     async def _resolve(self, ctx: PodContext) -> Pass:
         pod = ctx.pod
         namespace = pod.metadata.namespace
-        reader = ObjectReader(ctx.api, namespace)
+        reader = ObjectReader(ctx.objects, namespace)
         facts = PodFacts(host_ips=(ctx.node.ip,) if ctx.node.ip else (), allocatable=dict(ctx.node.allocatable))
         found = Pass()
         tokens = ctx.stash.setdefault(TOKENS, {})
@@ -185,7 +186,7 @@ class ApiVolumesStage(Prepare, Observe):
             if cached is not None and now < cached.refresh_at(self.settings.token_refresh_fraction):
                 return cached.value
             try:
-                fresh = await request_token(ctx.api, pod, audience, seconds)
+                fresh = await request_token(ctx.objects, pod, audience, seconds)
             except TokenUnavailable as exc:
                 if cached is not None and now < cached.expires_at:
                     # The kubelet's token manager too serves the cached token until it expires.
@@ -200,24 +201,29 @@ class ApiVolumesStage(Prepare, Observe):
         for volume in api_volumes(pod):
             plugin = plugin_dir(volume)
             assert plugin is not None
-            path = ctx.pod_dir / "volumes" / plugin / volume.name
+            path = hostpaths.volume_dir(ctx.pod_dir, plugin, volume.name)
             try:
                 payload = await volume_payload(volume, pod, reader, token, facts)
                 await self._write(ctx, volume, path, payload)
-            except (VolumeError, sources.SetupError, MountError, OSError) as exc:
+            except (VolumeError, SetupError, MountError, OSError) as exc:
                 found.volume_errors[volume.name] = str(exc)
-            if (path / sources.DATA_DIR).is_dir():
+            if (path / DATA_DIR).is_dir():
                 # Written now or by an earlier pass: after a failed re-read the old content
                 # stays mounted, as the kubelet keeps it.
                 prepared[volume.name] = PreparedVolume(path, read_only=True)  # always read-only (kubelet)
 
-        given = ctx.stash.get(CONTAINER_ADDITIONS, {})
+        def given(container: str) -> ApiEnv | None:
+            entry = ctx.additions.get(container)
+            return entry.api_env if entry is not None else None
+
         links = pod.spec.enable_service_links is not False
         try:
-            services = await service_env(ctx.api, namespace, links)
+            if self._services is None:
+                self._services = ctx.objects.view(kinds.SERVICE)
+            services = await service_env(self._services, namespace, links)
         except ServicesUnavailable as exc:
             found.unreadable.append(str(exc))
-            services = next((entry.api_env.services for entry in given.values() if entry.api_env is not None), {})
+            services = next((env.services for c in pod.all_containers() if (env := given(c.name)) is not None), {})
         for container in pod.all_containers():
             if not uses_api(container):
                 found.env[container.name] = ApiEnv(services=services)
@@ -229,7 +235,7 @@ class ApiVolumesStage(Prepare, Observe):
                 # Unreadable is not missing: a container that restarts while the API server is
                 # away keeps the env read before (the kubelet's caches serve it likewise).
                 found.unreadable.append(str(exc))
-                before = given[container.name].api_env if container.name in given else None
+                before = given(container.name)
                 found.env[container.name] = before if before is not None and not before.error \
                     else ApiEnv(error=str(exc))
 
@@ -242,9 +248,9 @@ class ApiVolumesStage(Prepare, Observe):
                 env: Mapping[str, str] = {}
                 if any(m.sub_path_expr for m in own):
                     env = container_env(pod, container, facts, found.env.get(container.name))
-                only_ours = container.model_copy(update={"volume_mounts": own})
-                found.mounts[container.name] = await anyio.to_thread.run_sync(
-                    container_mounts, only_ours, prepared, env)
+                # The whole container: the other volumes map to None (not ours, skipped), and
+                # each subPath keeps its index among the container's volumeMounts.
+                found.mounts[container.name] = container_mounts(container, prepared, env)
             except (MountConfigError, FieldError, OSError) as exc:
                 found.mount_error = (container.name, str(exc))
                 break
@@ -253,45 +259,28 @@ class ApiVolumesStage(Prepare, Observe):
     async def _write(self, ctx: PodContext, volume: Volume, path: Path, payload: Payload) -> None:
         path.mkdir(parents=True, exist_ok=True)
         if in_memory(volume) and not is_mount_point(path):
-            size = sources.tmpfs_size(EmptyDirVolumeSource(medium="Memory"), ctx.pod,
+            size = tmpfs_size(EmptyDirVolumeSource(medium="Memory"), ctx.pod,
                                       ctx.node.allocatable.get("memory", 0))
             # Not the tmpfs default 1777: nobody but the agent writes into a secret volume.
             await mount_tmpfs(path, size, mode=0o755)
         # fsGroup: the writer gives each new payload to the group before it becomes visible.
-        if await anyio.to_thread.run_sync(sources.write_atomically, path, payload, fs_group_of(ctx.pod)):
+        if await anyio.to_thread.run_sync(write_atomically, path, payload, fs_group_of(ctx.pod)):
             ctx.log.debug("volume written", volume=volume.name, files=sorted(payload))
 
     # --- contributions -------------------------------------------------------------------
 
     def _contribute(self, ctx: PodContext, found: Pass) -> None:
         """Replace what an earlier pass contributed (a retry, a resync, an agent restart)."""
-        self._withdraw(ctx)
-        for container, mounts in found.mounts.items():
-            if mounts:
-                contribute(ctx.stash, self.name, container).mounts.extend(mounts)
-        for container, api_env in found.env.items():
-            contribute(ctx.stash, self.name, container).api_env = api_env
-        ctx.stash[CONTRIBUTED] = {name: list(mounts) for name, mounts in found.mounts.items()}
-        ctx.stash[ENV_GIVEN] = set(found.env)
-
-    @staticmethod
-    def _withdraw(ctx: PodContext) -> None:
-        before = ctx.stash.pop(CONTRIBUTED) or {}
-        given = ctx.stash.pop(ENV_GIVEN) or set()
-        entries = ctx.stash.get(CONTAINER_ADDITIONS, {})
-        for container, mounts in before.items():
-            entry = entries.get(container)
-            if entry is not None:
-                entry.mounts[:] = [m for m in entry.mounts if m not in mounts]
-        for container in given:
-            entry = entries.get(container)
-            if entry is not None:
-                entry.api_env = None
+        ctx.additions.withdraw()
+        for container in {*found.mounts, *found.env}:
+            entry = ContainerAdditions(api_env=found.env.get(container))
+            add_mounts(entry, found.mounts.get(container, []))
+            ctx.additions.set(container, entry)
 
     # --- observe: resync and token refresh -------------------------------------------------
 
     async def observe(self, ctx: PodContext) -> None:
-        if ctx.api is None or not needs_api(ctx.pod):
+        if not ctx.objects.cluster or not needs_api(ctx.pod):
             return
         retry = FIRST_RETRY_SECONDS
         complete = True
@@ -307,7 +296,7 @@ class ApiVolumesStage(Prepare, Observe):
                 retry = min(retry * 2, self.settings.resync_seconds)
             # A changed pod (labels, annotations) is resolved at once: projected downwardAPI
             # files follow it as the kubelet's pod sync makes them.
-            await pod_changed(ctx, seen, max(wake - now, 0.0))
+            await ctx.pod_changed(seen, max(wake - now, 0.0))
             seen = ctx.pod
             found = await self._resolve(ctx)
             if found.mount_error is None:
@@ -325,7 +314,7 @@ class ApiVolumesStage(Prepare, Observe):
     async def unprepare(self, ctx: PodContext) -> None:
         # Found on disk and in the mount table, not remembered: this may be a restarted agent.
         for plugin in (CONFIG_MAP, SECRET, PROJECTED):
-            directory = ctx.pod_dir / "volumes" / plugin
+            directory = ctx.pod_dir / hostpaths.VOLUMES / plugin
             for mount_point in mounts_under(directory):
                 await unmount(mount_point)
             left = mounts_under(directory)
@@ -333,8 +322,25 @@ class ApiVolumesStage(Prepare, Observe):
                 ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])
                 continue
             await anyio.to_thread.run_sync(_remove_tree, directory)
-        self._withdraw(ctx)
+        ctx.additions.withdraw()
         ctx.stash.pop(TOKENS)
+
+
+def _standalone_refusal(pod: Any) -> Result | None:
+    """Without an API server there is nothing to fill a configMap, secret or projected volume
+    (or env) with: the pod is refused rather than run without them. imagePullSecrets only
+    change how an image is pulled, and a pull that needs them fails on its own."""
+    for volume in api_volumes(pod):
+        source = next(k for k, v in (("configMap", volume.config_map), ("secret", volume.secret),
+                                     ("projected", volume.projected)) if v is not None)
+        return Result.reject(UNSUPPORTED_VOLUME, f'volume "{volume.name}" is a {source} volume, which needs the API '
+                                                 "server, and this node runs standalone: the pod would run without it")
+    for container in pod.all_containers():
+        if uses_api(container):
+            return Result.reject(UNSUPPORTED_FIELD, f"container {container.name!r} takes env from configMaps or "
+                                                    "secrets, which need the API server, and this node runs "
+                                                    "standalone: it would run without them")
+    return None
 
 
 def _remove_tree(directory: Path) -> None:

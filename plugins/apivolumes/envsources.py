@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from nodeagent.additions import ApiEnv
 from nodeagent.model import Container
-from plugins.apivolumes.objects import Kind, ObjectData, ObjectReader, ObjectUnavailable
+from nodeagent.kube.configdata import Kind, ObjectData, ObjectReader, ObjectUnavailable
 
 
 def uses_api(container: Container) -> bool:

@@ -17,11 +17,11 @@ from nodeagent.model import (
     ProjectedVolumeSource,
     Volume,
 )
-from plugins.apivolumes.objects import Kind, ObjectData, ObjectReader, ObjectUnavailable
+from nodeagent.kube.configdata import Kind, ObjectData, ObjectReader, ObjectUnavailable
 from plugins.apivolumes.tokens import TokenUnavailable
-from plugins.runtime.env import FieldError, PodFacts
-from plugins.volumes import sources
-from plugins.volumes.ownership import fs_group_of
+from nodeagent.kube.env import FieldError, PodFacts
+from nodeagent.kube.downward import downward_payload
+from nodeagent.volumeutil.ownership import fs_group_of
 
 Payload = dict[str, tuple[bytes, int]]
 TokenSource = Callable[[str, int], Awaitable[str]]
@@ -121,7 +121,7 @@ async def _projected(source: ProjectedVolumeSource, pod: Pod, reader: ObjectRead
                 payload.update(_keys("Secret", obj, sec.items, mode, sec.optional))
             elif projection.downward_api is not None:
                 downward = DownwardAPIVolumeSource(items=projection.downward_api.items, default_mode=mode)
-                for path, (text, file_mode) in sources.downward_payload(downward, pod, facts).items():
+                for path, (text, file_mode) in downward_payload(downward, pod, facts).items():
                     payload[path] = (text.encode(), file_mode)
             elif projection.service_account_token is not None:
                 sat = projection.service_account_token

@@ -10,13 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lightkube import ApiError
-from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ServiceAccountToken
-
 from nodeagent.model import Pod
+from nodeagent.objects import ObjectError, kinds
 from nodeagent.stash import StashKey
+from nodeagent.status import parse_rfc3339
 
 REFRESH_FRACTION = 0.8
 """The kubelet refreshes within the last 20% of a token's lifetime."""
@@ -51,23 +48,29 @@ class TokenUnavailable(Exception):
     pass
 
 
-async def request_token(api: Any, pod: Pod, audience: str, expiration_seconds: int) -> Token:
+async def request_token(objects: Any, pod: Pod, audience: str, expiration_seconds: int) -> Token:
     """TokenRequest for the pod's service account, bound to the pod (the NodeRestriction
     admission plugin refuses a node's request for a token not bound to a pod on it)."""
-    spec = TokenRequestSpec(
-        audiences=[audience] if audience else None,  # None: the API server's own audiences
-        expirationSeconds=expiration_seconds,
-        boundObjectRef=BoundObjectReference(apiVersion="v1", kind="Pod", name=pod.metadata.name, uid=pod.uid),
-    )
+    spec: dict[str, Any] = {
+        "expirationSeconds": expiration_seconds,
+        "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name, "uid": pod.uid},
+    }
+    if audience:
+        spec["audiences"] = [audience]  # none: the API server's own audiences
     account = pod.spec.service_account_name or "default"
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
     try:
-        answer = await api.create(ServiceAccountToken(metadata=ObjectMeta(), spec=spec), name=account,
-                                  namespace=pod.metadata.namespace)
-    except ApiError as exc:
-        raise TokenUnavailable(exc.status.message or str(exc)) from None
-    except Exception as exc:  # noqa: BLE001 — transport errors: the cached token serves meanwhile
+        answer = await objects.create(kinds.SERVICE_ACCOUNT, body, pod.metadata.namespace, name=account,
+                                      subresource="token")
+    except ObjectError as exc:
+        raise TokenUnavailable(exc.detail) from None
+    except Exception as exc:  # noqa: BLE001 — anything else: the cached token serves meanwhile
         raise TokenUnavailable(f"cannot request a token for service account "
                                f"{pod.metadata.namespace}/{account}: {exc!r}") from None
-    granted = answer.spec.expirationSeconds or expiration_seconds
-    return Token(value=answer.status.token, expires_at=answer.status.expirationTimestamp.timestamp(),
-                 lifetime=int(granted))
+    status = answer.get("status") or {}
+    expires = parse_rfc3339(status.get("expirationTimestamp"))
+    if not status.get("token") or expires is None:
+        raise TokenUnavailable(f"the API server's TokenRequest answer for {pod.metadata.namespace}/{account} "
+                               "has no token or expiration")
+    granted = (answer.get("spec") or {}).get("expirationSeconds") or expiration_seconds
+    return Token(value=str(status["token"]), expires_at=expires, lifetime=int(granted))

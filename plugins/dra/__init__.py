@@ -38,6 +38,7 @@ from pydantic.alias_generators import to_camel
 
 from cri import CriError
 from nodeagent import labels as L
+from nodeagent.additions import CONTAINER_ADDITIONS
 from nodeagent.claims import ClaimStore
 from nodeagent.events import Event
 from nodeagent.stages import AgentHandle, PodContext, Prepare, Result
@@ -53,7 +54,7 @@ from plugins.dra.events import (
     DraDriverDeregistered,
     DraDriverRegistered,
 )
-from plugins.dra.registration import Drivers, PluginWatcher
+from plugins.dra.registration import DraRegistrations, Drivers
 from plugins.dra.slices import WIPE_DELAY_SECONDS, SliceWiper
 from nodeagent.statefile import quarantine
 from plugins.dra.state import CheckpointError, ClaimCache, ClaimEntry
@@ -86,17 +87,18 @@ class DraConfig(BaseModel):
 
 class DraStage(Prepare):
     name: ClassVar[str] = "dra"
+    provides = (CONTAINER_ADDITIONS,)
 
     def __init__(self, config: DraConfig, handle: AgentHandle) -> None:
         settings = handle.settings
         self.config = config
         self.drivers = Drivers()
-        api_client = getattr(handle, "api", None)
-        self.slices = (SliceWiper(api_client, handle.node.name, config.slice_wipe_delay_seconds)
-                       if api_client is not None else None)
-        self.watcher = PluginWatcher(Path(settings.plugins_registry_dir), self.drivers, self._registration,
-                                     poll_seconds=config.poll_seconds, health_seconds=config.health_check_seconds,
-                                     call_timeout=config.call_timeout_seconds)
+        objects = getattr(handle, "objects", None)
+        self.slices = (SliceWiper(objects, handle.node.name, config.slice_wipe_delay_seconds)
+                       if objects is not None and objects.cluster else None)
+        self.registrations = DraRegistrations(self.drivers, self._registration, call_timeout=config.call_timeout_seconds,
+                                              poll_seconds=config.poll_seconds,
+                                              health_seconds=config.health_check_seconds)
         self.cache = ClaimCache(Path(settings.dra_checkpoint_path))
         self.cdi = CdiSpecs([Path(d) for d in settings.cdi_spec_dirs])
         # Agents before the claim store (and test harnesses) have none: no claims, pods wait.
@@ -109,14 +111,17 @@ class DraStage(Prepare):
 
     # --- node level ---------------------------------------------------------------------
 
+    def registration_handlers(self) -> list[DraRegistrations]:
+        """Plugins of type DRAPlugin, handed over by the agent's plugin watcher."""
+        return [self.registrations]
+
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The node-level task: plugin registration, the reconcile loop and (cluster mode) the
-        node's ResourceSlice housekeeping."""
+        """The node-level task: the reconcile loop and (cluster mode) the node's ResourceSlice
+        housekeeping (the agent's plugin watcher registers the drivers)."""
         await self._ensure_loaded()
         async with anyio.create_task_group() as tg:
             if self.slices is not None:
                 await tg.start(self.slices.run)
-            await tg.start(self.watcher.run)
             tg.start_soon(self._reconcile_loop)
             task_status.started()
 
@@ -132,7 +137,8 @@ class DraStage(Prepare):
 
     def describe(self) -> dict[str, Any]:
         """For the agent's /plugins: registered drivers and prepared claims."""
-        return {**self.watcher.describe(),
+        return {"drivers": [{"name": d.name, "endpoint": d.endpoint, "service": d.service, "socket": d.socket,
+                             "registeredAt": d.registered_at} for d in self.drivers.all()],
                 "claims": [{"claim": e.key, "uid": e.uid, "pods": sorted(e.pod_uids), "drivers": sorted(e.drivers),
                             "prepared": e.prepared} for e in self.cache.entries.values()]}
 
@@ -182,7 +188,7 @@ class DraStage(Prepare):
         await self._ensure_loaded()
         pod = ctx.pod
         if not pod.spec.resource_claims:
-            containers.withdraw(ctx.stash)
+            ctx.additions.withdraw()
             return Result.skip()
         try:
             claims = await self._pod_claims(ctx)
@@ -216,7 +222,7 @@ class DraStage(Prepare):
                 if entry is not None:
                     entry.prepared = False
             return self._waiting(ctx, str(exc))
-        containers.apply(ctx.stash, self.name, table)
+        containers.apply(ctx.additions, table)
         await self._report_skipped(ctx, table)
         if ctx.stash.pop(_WAITING, None) is not None:
             ctx.status.set_pod_reason("", "")
@@ -226,10 +232,10 @@ class DraStage(Prepare):
         """The pod's claims, checked: a pod from the API server has them read from the API server
         now (the kubelet's rules); a static pod from the manifests beside it."""
         pod = ctx.pod
-        if ctx.api is None or pod.metadata.annotations.get(L.CONFIG_SOURCE) == "file":
+        if not ctx.objects.cluster or pod.metadata.annotations.get(L.CONFIG_SOURCE) == "file":
             return pod_claims(pod, self.claims, ctx.node.name)
-        pod = await apiclaims.with_claim_statuses(ctx.api, pod)
-        return pod_claims(pod, await apiclaims.fetch(ctx.api, pod), ctx.node.name, from_api=True)
+        pod = await apiclaims.with_claim_statuses(ctx.objects, pod)
+        return pod_claims(pod, await apiclaims.fetch(ctx.objects, pod), ctx.node.name, from_api=True)
 
     async def _prepare_locked(self, ctx: PodContext, claims: list[PodClaim],
                               check_cdi: bool) -> tuple[list[str], bool]:
@@ -345,7 +351,7 @@ class DraStage(Prepare):
 
     async def unprepare(self, ctx: PodContext) -> None:
         await self._ensure_loaded()
-        containers.withdraw(ctx.stash)
+        ctx.additions.withdraw()
         if ctx.stash.pop(_WAITING, None) is not None:
             ctx.status.set_pod_reason("", "")  # a pod deleted while waiting did not fail because of it
         uid = ctx.ref.uid

@@ -1,5 +1,6 @@
-"""The two gRPC APIs a DRA driver serves, as typed calls: plugin registration (GetInfo,
-NotifyRegistrationStatus) and DRA v1 / v1beta1 (NodePrepareResources, NodeUnprepareResources).
+"""The DRA gRPC API a driver serves, as typed calls: DRA v1 / v1beta1 (NodePrepareResources,
+NodeUnprepareResources). Its registration (GetInfo, NotifyRegistrationStatus) is the core's
+plugin watcher's (nodeagent/pluginwatcher).
 
 The generated stubs stay behind this module; gRPC failures become :class:`DriverCallError` here,
 once. The kubelet's timeouts are the defaults.
@@ -8,19 +9,19 @@ once. The kubelet's timeouts are the defaults.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import grpc
+
+from nodeagent.pluginwatcher import target
 
 from plugins.dra._generated import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
-    pluginregistration_v1_pb2,
-    pluginregistration_v1_pb2_grpc,
 )
 
 PLUGIN_TYPE = "DRAPlugin"
@@ -32,8 +33,6 @@ SERVICES: Mapping[str, tuple[ModuleType, ModuleType]] = {
 kubelet's servicesSupportedByKubelet); the plugin's own order decides which one is used."""
 
 CALL_TIMEOUT_SECONDS = 45.0  # the kubelet's defaultClientCallTimeout for DRA calls
-GET_INFO_TIMEOUT_SECONDS = 1.0  # pluginwatcher: GetInfo
-NOTIFY_TIMEOUT_SECONDS = 5.0  # pluginwatcher: notifyTimeoutDuration
 
 
 class DriverCallError(Exception):
@@ -79,40 +78,6 @@ class Prepared:
 
     devices: tuple[Device, ...] = ()
     error: str = ""
-
-
-@dataclass(frozen=True)
-class PluginInfo:
-    type: str
-    name: str
-    endpoint: str
-    supported_versions: tuple[str, ...] = field(default_factory=tuple)
-
-
-def target(socket_path: str) -> str:
-    return f"unix:{socket_path}"
-
-
-# --- registration --------------------------------------------------------------------------
-
-
-async def get_info(channel: grpc.aio.Channel, timeout: float = GET_INFO_TIMEOUT_SECONDS) -> PluginInfo:
-    stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
-    try:
-        info = await stub.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=timeout)
-    except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
-        raise DriverCallError("GetInfo", exc) from None
-    return PluginInfo(info.type, info.name, info.endpoint, tuple(info.supported_versions))
-
-
-async def notify_registration_status(channel: grpc.aio.Channel, registered: bool, error: str = "",
-                                     timeout: float = NOTIFY_TIMEOUT_SECONDS) -> None:
-    stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
-    try:
-        await stub.NotifyRegistrationStatus(
-            pluginregistration_v1_pb2.RegistrationStatus(plugin_registered=registered, error=error), timeout=timeout)
-    except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
-        raise DriverCallError("NotifyRegistrationStatus", exc) from None
 
 
 # --- DRA -----------------------------------------------------------------------------------

@@ -17,12 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightkube import ApiError
-from lightkube.resources.core_v1 import Pod as ApiPod
-from lightkube.resources.resource_v1 import ResourceClaim as ApiResourceClaim
-
 from nodeagent.claims import ResourceClaim
 from nodeagent.model import Pod
+from nodeagent.objects import ObjectError, kinds
 from plugins.dra.claims import ClaimNotReady, claim_name, claim_names
 
 
@@ -36,7 +33,7 @@ class FetchedClaims:
         return self._claims.get((namespace, name))
 
 
-async def with_claim_statuses(api: Any, pod: Pod) -> Pod:
+async def with_claim_statuses(objects: Any, pod: Pod) -> Pod:
     """``pod``, with the status the API server has now if ours does not yet name every claim
     made from a template (the status changed after the spec we were given)."""
     try:
@@ -46,40 +43,30 @@ async def with_claim_statuses(api: Any, pod: Pod) -> Pod:
     except ClaimNotReady:
         pass
     try:
-        fresh = await api.get(ApiPod, pod.metadata.name, namespace=pod.metadata.namespace)
-    except ApiError as exc:
-        raise ClaimNotReady(f"cannot read pod {pod.metadata.namespace}/{pod.metadata.name}: {_say(exc)}") from None
-    except Exception as exc:  # noqa: BLE001 - transport errors: the pod waits and retries
-        raise ClaimNotReady(f"cannot read pod {pod.metadata.namespace}/{pod.metadata.name}: "
-                            f"{type(exc).__name__}: {exc}") from None
-    if fresh.metadata is None or fresh.metadata.uid != pod.uid:
-        return pod  # re-created under the same name: the old pod's worker must not take its claims
-    status = (fresh.to_dict().get("status") or {})
+        fresh = await objects.get(kinds.POD, pod.metadata.name, pod.metadata.namespace, max_age=0)
+    except ObjectError as exc:
+        raise ClaimNotReady(f"cannot read pod {pod.metadata.namespace}/{pod.metadata.name}: {exc}") from None
+    if fresh is None or (fresh.get("metadata") or {}).get("uid") != pod.uid:
+        return pod  # gone, or re-created under the same name: the old pod's worker must not take its claims
+    status = fresh.get("status") or {}
     return pod.model_copy(update={"status": {**pod.status, "resourceClaimStatuses":
                                              status.get("resourceClaimStatuses") or []}})
 
 
-async def fetch(api: Any, pod: Pod) -> FetchedClaims:
-    """GET each claim the pod names. Not found is left to the checks (their message); any other
-    failure (forbidden, the API server away) is a ClaimNotReady: the pod waits and retries."""
+async def fetch(objects: Any, pod: Pod) -> FetchedClaims:
+    """GET each claim the pod names (never from a cache: a retry must see what the scheduler
+    wrote since). Not found is left to the checks (their message); any other failure
+    (forbidden, the API server away) is a ClaimNotReady: the pod waits and retries."""
     namespace = pod.metadata.namespace
     found: dict[tuple[str, str], ResourceClaim] = {}
     for _, name in claim_names(pod):
         try:
-            obj = await api.get(ApiResourceClaim, name, namespace=namespace)
-        except ApiError as exc:
-            if exc.status.code == 404:
-                continue
-            raise ClaimNotReady(f"failed to fetch ResourceClaim {namespace}/{name}: {_say(exc)}") from None
-        except Exception as exc:  # noqa: BLE001 - transport errors: the pod waits and retries
-            raise ClaimNotReady(f"failed to fetch ResourceClaim {namespace}/{name}: "
-                                f"{type(exc).__name__}: {exc}") from None
-        found[(namespace, name)] = ResourceClaim.model_validate(obj.to_dict())
+            obj = await objects.get(kinds.RESOURCE_CLAIM, name, namespace, max_age=0)
+        except ObjectError as exc:
+            raise ClaimNotReady(f"failed to fetch ResourceClaim {namespace}/{name}: {exc}") from None
+        if obj is not None:
+            found[(namespace, name)] = ResourceClaim.model_validate(obj)
     return FetchedClaims(found)
-
-
-def _say(exc: ApiError) -> str:
-    return f"{exc.status.code} {exc.status.reason or ''}: {exc.status.message or exc}".replace("  ", " ")
 
 
 __all__ = ["FetchedClaims", "fetch", "with_claim_statuses"]

@@ -8,9 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cri import types as t
-from nodeagent.additions import CONTAINER_ADDITIONS, contribute
+from nodeagent.additions import AdditionsAccess, ContainerAdditions
 from nodeagent.model import Pod
-from nodeagent.stash import Stash, StashKey
 from plugins.dra.cdi import CdiSpecs
 from plugins.dra.claims import PodClaim
 from plugins.dra.state import ClaimCache
@@ -25,8 +24,6 @@ class Contribution:
     skipped: list[str] = field(default_factory=list)
 
 
-CONTRIBUTED = StashKey[dict[str, Contribution]]("dra.contributed")
-"""Container name → what this stage added, so that a second prepare replaces it."""
 
 
 def cdi_ids_per_container(pod: Pod, claims: Sequence[PodClaim], cache: ClaimCache) -> dict[str, list[str]]:
@@ -62,29 +59,11 @@ def resolve(ids: Mapping[str, list[str]], specs: CdiSpecs | None) -> dict[str, C
     return out
 
 
-def apply(stash: Stash, stage: str, table: Mapping[str, Contribution]) -> None:
+def apply(additions: AdditionsAccess, table: Mapping[str, Contribution]) -> None:
     """Replace what an earlier prepare contributed (a retry, an agent restart)."""
-    withdraw(stash)
+    additions.withdraw()
     for container, part in table.items():
-        entry = contribute(stash, stage, container)
-        entry.cdi_devices.extend(t.CDIDevice(name=i) for i in part.cdi_ids)
-        entry.devices.extend(part.devices)
-        entry.mounts.extend(part.mounts)
-        entry.envs.update(part.envs)
-    stash[CONTRIBUTED] = dict(table)
+        additions.set(container, ContainerAdditions(cdi_devices=[t.CDIDevice(name=i) for i in part.cdi_ids],
+                                                    devices=list(part.devices), mounts=list(part.mounts),
+                                                    envs=dict(part.envs)))
 
-
-def withdraw(stash: Stash) -> None:
-    before = stash.pop(CONTRIBUTED) or {}
-    entries = stash.get(CONTAINER_ADDITIONS, {})
-    for container, part in before.items():
-        entry = entries.get(container)
-        if entry is None:
-            continue
-        ids = {i for i in part.cdi_ids}
-        entry.cdi_devices[:] = [d for d in entry.cdi_devices if d.name not in ids]
-        entry.devices[:] = [d for d in entry.devices if d not in part.devices]
-        entry.mounts[:] = [m for m in entry.mounts if m not in part.mounts]
-        for key, value in part.envs.items():
-            if entry.envs.get(key) == value:
-                del entry.envs[key]

@@ -10,8 +10,8 @@ never be prepared. So, as the kubelet's DRA plugin manager does:
 * when a driver is deregistered and has no other registration, its slices of the node are
   deleted ``delay`` seconds later (the kubelet's 30 s), unless it registers again before.
 
-The node's credentials allow exactly this: list with a ``spec.nodeName`` field selector and
-delete of the node's own slices. Failures are retried with back-off (1 s doubling to 5 min, as
+The node's credentials allow exactly this: list and watch with a ``spec.nodeName`` field
+selector (a view of the object store) and delete of the node's own slices. Failures are retried with back-off (1 s doubling to 5 min, as
 the kubelet) and never stop anything else.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 
 import anyio
 import structlog
-from lightkube import ApiError
-from lightkube.resources.resource_v1 import ResourceSlice
+
+from nodeagent.objects import ObjectError, View, kinds
 
 log = structlog.get_logger("nodeagent.dra")
 
@@ -32,9 +32,10 @@ RETRY_MAX_SECONDS = 300.0
 
 
 class SliceWiper:
-    def __init__(self, api: Any, node: str, delay: float = WIPE_DELAY_SECONDS) -> None:
-        self.api = api
+    def __init__(self, objects: Any, node: str, delay: float = WIPE_DELAY_SECONDS) -> None:
+        self.objects = objects
         self.node = node
+        self._view: View | None = None
         self.delay = delay
         self._tg: anyio.abc.TaskGroup | None = None
         self._pending: dict[str, anyio.CancelScope] = {}
@@ -78,16 +79,18 @@ class SliceWiper:
             del self._pending[driver]
 
     async def _delete(self, driver: str | None) -> list[str]:
-        fields = {"spec.nodeName": self.node}
-        if driver is not None:
-            fields["spec.driver"] = driver
-        names = [s.metadata.name async for s in self.api.list(ResourceSlice, fields=fields)
-                 if s.metadata is not None and s.metadata.name]
+        if self._view is None:
+            self._view = self.objects.view(kinds.RESOURCE_SLICE, fields={"spec.nodeName": self.node})
+        if not await self._view.wait_synced(timeout=30):
+            raise ObjectError(f"the node's ResourceSlices could not be listed: {self._view.error or 'no answer'}",
+                              None)
+        names = [str(s["metadata"]["name"]) for s in self._view.items()
+                 if driver is None or (s.get("spec") or {}).get("driver") == driver]
         for name in names:
             try:
-                await self.api.delete(ResourceSlice, name)
-            except ApiError as exc:
-                if exc.status.code not in (403, 404):  # gone meanwhile (403: the authorizer no longer knows it)
+                await self.objects.delete(kinds.RESOURCE_SLICE, name)
+            except ObjectError as exc:
+                if exc.code != 403:  # gone meanwhile (403: the authorizer no longer knows it)
                     raise
         return names
 

@@ -35,7 +35,9 @@ from pydantic.alias_generators import to_camel
 
 from nodeagent import labels as L
 from nodeagent.events import Event, PodRef
+from nodeagent.kube import nodefit
 from nodeagent.model import Pod
+from nodeagent.objects.ownnode import labels_of, own_node
 from nodeagent.stages import (
     Admit,
     AgentHandle,
@@ -82,7 +84,6 @@ from plugins.gang.state import (
     Member,
 )
 from plugins.gang.view import ClusterView
-from plugins.noderesources import NodeResources
 
 log = structlog.get_logger("nodeagent.gang")
 
@@ -123,24 +124,26 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
         self._handle = handle
         self._clock = handle.clock
         self._node_name = str(getattr(getattr(handle, "node", None), "name", ""))
-        api = getattr(handle, "api", None)
+        objects = getattr(handle, "objects", None)
+        cluster = objects is not None and objects.cluster
         if catalog is None:
             if config.pod_group_path:
                 catalog = ManifestCatalog(config.pod_group_path)
-            elif api is not None:
-                catalog = ApiCatalog(api, self._clock)
+            elif cluster:
+                catalog = ApiCatalog(objects)
             else:
                 catalog = NoCatalog()
         self._catalog = catalog
         self._decider = decider or LocalQuorum()
-        if view is None and api is not None and config.coordination == "auto":
-            view = ClusterView(api, catalog)
+        if view is None and cluster and config.coordination == "auto":
+            view = ClusterView(objects, catalog)
         self.view = view
         """(cluster mode) The gang members of every node, from the API; None: every gang is
         decided on this node alone."""
         if view is not None:
             view.on_change = self._view_changed
-        self._fit = NodeResources(api)  # the same node-fit checks as the noderesources stage
+        self._node = own_node(objects, self._node_name) if objects is not None else None
+        """The Node's labels for the node-fit checks (the same as the noderesources stage's)."""
         self._outbox: list[Event] = []
         self.gangs = Gangs()
         self.metrics = GangMetrics()
@@ -192,7 +195,7 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
             record = self._abort_record_for(pod, decl)
             if record is not None:
                 return Result.reject(record[0], record[1])
-        fit = await self._fit.admit(pod, node)
+        fit = nodefit.fit(pod, node, labels_of(self._node) if self._node is not None else None)
         if fit.verdict is not Verdict.REJECT:
             return Result.ok()
         cause = f"{fit.reason}: {fit.message}"

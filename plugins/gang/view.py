@@ -1,11 +1,11 @@
 """A watch-fed view of gang members across nodes (cluster mode).
 
 The coordinator needs every member's vote and fate, and every member's agent needs the
-coordinator's record, wherever those pods run. The view lists and then watches the pods of each
-namespace in which this node runs a gang member (started on demand, the first time a member of
-that namespace is reserved), keeps the ones that declare a gang (:func:`classify`), and calls
-``on_change`` with the gangs whose pods changed. The watch resumes from the last resourceVersion;
-when that is too old (410) the namespace is listed again and the difference becomes changes.
+coordinator's record, wherever those pods run. The view asks the object store for the pods of
+each namespace in which this node runs a gang member (on demand, the first time a member of
+that namespace is reserved: the store lists and watches them, resumes, relists on 410), keeps
+the ones that declare a gang (:func:`classify`), and calls ``on_change`` with the gangs whose
+pods changed.
 
 Reading other nodes' pods is not allowed by the Node authorizer: a node may list and watch only
 the pods bound to it (``fieldSelector=spec.nodeName=<node>``, enforced since
@@ -21,19 +21,17 @@ can match; a gang never spans namespaces.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import structlog
-from lightkube.resources.core_v1 import Pod as ApiPod
 from pydantic import ValidationError
 
 from nodeagent import labels as L
-from nodeagent.cluster.apicalls import describe, is_gone
 from nodeagent.model import Pod
+from nodeagent.objects import DELETED, View, kinds
 from plugins.gang.catalog import GroupCatalog
 from plugins.gang.coordinator import PodInfo, pod_info
 from plugins.gang.declaration import (
@@ -50,10 +48,6 @@ from plugins.gang.declaration import (
 )
 
 log = structlog.get_logger("nodeagent.gang")
-
-BACKOFF_INITIAL_SECONDS = 0.5
-BACKOFF_MAX_SECONDS = 8.0
-WATCH_TIMEOUT_SECONDS = 300
 
 _LABELS = (COSCHEDULING_LABEL, COSCHEDULING_LEGACY_LABEL, KUEUE_LABEL)
 _ANNOTATIONS = (*VOLCANO_ANNOTATIONS, KAI_ANNOTATION, KOORDINATOR_NAME, NAME)
@@ -82,21 +76,29 @@ def classify(obj: Mapping[str, Any], catalog: GroupCatalog) -> GangKey | None:
 @dataclass
 class _Namespace:
     name: str
-    synced: bool = False
-    resource_version: str | None = None
-    error: str = ""
+    view: View | None = None
+    """The store's view of the namespace's pods (None in unit tests fed through ``apply``)."""
+    fed: bool = False
+    """Unit tests: ``apply`` marks the namespace synced."""
     uids: set[str] = field(default_factory=set)
+    announced: bool = False
+    """Its first listing has been handed on (every gang of the namespace, once)."""
+
+    @property
+    def synced(self) -> bool:
+        return self.fed or (self.view is not None and self.view.synced)
 
 
 class ClusterView:
-    def __init__(self, api: Any, catalog: GroupCatalog, on_change: OnChange | None = None) -> None:
-        self._api = api
+    def __init__(self, objects: Any, catalog: GroupCatalog, on_change: OnChange | None = None) -> None:
+        self._objects = objects
         self._catalog = catalog
         self.on_change = on_change
         self._namespaces: dict[str, _Namespace] = {}
         self._pods: dict[GangKey, dict[str, PodInfo]] = {}
         self._key_of: dict[str, GangKey] = {}
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._changed_keys: set[GangKey] = set()
+        self._wake = anyio.Event()
         self.events = 0
 
     # --- reading ---------------------------------------------------------------------------
@@ -110,7 +112,7 @@ class ClusterView:
 
     def error(self, namespace: str) -> str:
         ns = self._namespaces.get(namespace)
-        return ns.error if ns is not None else ""
+        return ns.view.error if ns is not None and ns.view is not None else ""
 
     def namespaces(self) -> list[str]:
         return sorted(self._namespaces)
@@ -118,74 +120,54 @@ class ClusterView:
     # --- the watches -----------------------------------------------------------------------
 
     def watch(self, namespace: str) -> None:
-        """Start watching ``namespace`` (idempotent; from any task of the agent's event loop)."""
+        """Follow ``namespace``'s pods (idempotent; from any task of the agent's event loop)."""
         if namespace in self._namespaces:
             return
-        self._namespaces[namespace] = _Namespace(namespace)
-        if self._tg is not None:
-            self._tg.start_soon(self._run_namespace, namespace, name=f"gang-view:{namespace}")
+        ns = self._namespaces[namespace] = _Namespace(namespace)
+        if self._objects is None:
+            return
+        ns.view = self._objects.view(kinds.POD, namespace=namespace)
+        ns.view.on_change(lambda change, old, new: self._seen(ns, change, old, new))
+        for obj in ns.view.items():  # what the shared view already holds
+            self._note(self._upsert(ns, obj))
+        if ns.view.synced:
+            self._note({self._key_of[uid] for uid in ns.uids})
+
+    def _seen(self, ns: _Namespace, change: str, old: Mapping[str, Any] | None,
+              new: Mapping[str, Any] | None) -> None:
+        first = ns.view is not None and ns.view.synced and not ns.announced
+        if change == DELETED and old is not None:
+            self._note(self._remove(ns, old["metadata"]["uid"]))
+        elif new is not None:
+            self._note(self._upsert(ns, new))
+        if first:
+            # Every gang of the namespace: its members may have waited for this first listing.
+            ns.announced = True
+            log.info("watching gang members", namespace=ns.name, pods=len(ns.uids))
+            self._note({self._key_of[uid] for uid in ns.uids})
+
+    def _note(self, keys: set[GangKey]) -> None:
+        self.events += 1
+        if keys:
+            self._changed_keys |= keys
+            self._wake.set()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            for namespace in list(self._namespaces):
-                tg.start_soon(self._run_namespace, namespace, name=f"gang-view:{namespace}")
-            task_status.started()
-            await anyio.sleep_forever()
-
-    async def _run_namespace(self, namespace: str) -> None:
-        ns = self._namespaces[namespace]
-        delay = BACKOFF_INITIAL_SECONDS
+        """Hand the gangs whose pods changed to ``on_change``, in batches, as they come."""
+        task_status.started()
         while True:
-            try:
-                if ns.resource_version is None:
-                    await self._list(ns)
-                await self._watch(ns)
-                delay = BACKOFF_INITIAL_SECONDS
-            except Exception as exc:  # noqa: BLE001 - never fatal: logged, retried
-                if is_gone(exc):
-                    ns.resource_version = None  # too old: list again
-                    continue
-                ns.error = describe(exc)
-                log.warning("watching gang members failed; retrying", namespace=namespace, error=ns.error,
-                            retry_in=delay)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_SECONDS)
-
-    async def _list(self, ns: _Namespace) -> None:
-        listing = self._api.list(ApiPod, namespace=ns.name)
-        objects = [obj.to_dict() async for obj in listing]
-        ns.resource_version = listing.resourceVersion
-        changed: set[GangKey] = set()
-        present = {o["metadata"]["uid"] for o in objects}
-        for uid in list(ns.uids - present):
-            changed |= self._remove(ns, uid)
-        for obj in objects:
-            changed |= self._upsert(ns, obj)
-        ns.synced, ns.error = True, ""
-        log.info("watching gang members", namespace=ns.name, pods=len(ns.uids))
-        # Every gang of the namespace: its members may have waited for this first listing.
-        await self._changed(changed | {self._key_of[uid] for uid in ns.uids})
-
-    async def _watch(self, ns: _Namespace) -> None:
-        watch = self._api.watch(ApiPod, namespace=ns.name, resource_version=ns.resource_version,
-                                server_timeout=WATCH_TIMEOUT_SECONDS + random.randint(0, WATCH_TIMEOUT_SECONDS))
-        async for kind, obj in watch:
-            ns.error = ""
-            if kind == "BOOKMARK":
-                ns.resource_version = obj.metadata.resourceVersion
-                continue
-            pod = obj.to_dict()
-            changed = self._remove(ns, pod["metadata"]["uid"]) if kind == "DELETED" else self._upsert(ns, pod)
-            ns.resource_version = obj.metadata.resourceVersion
-            await self._changed(changed)
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            keys, self._changed_keys = self._changed_keys, set()
+            if keys and self.on_change is not None:
+                await self.on_change(keys)
 
     # --- the cache (also fed directly by unit tests) -----------------------------------------
 
     async def apply(self, namespace: str, pod: Mapping[str, Any], deleted: bool = False) -> None:
         """Feed one pod as a watch would (for tests), marking the namespace synced."""
         ns = self._namespaces.setdefault(namespace, _Namespace(namespace))
-        ns.synced = True
+        ns.fed = True
         changed = self._remove(ns, pod["metadata"]["uid"]) if deleted else self._upsert(ns, pod)
         await self._changed(changed)
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import anyio
 
 from cri import CriError
-from nodeagent import quantity
+from nodeagent import hostpaths, quantity
 from nodeagent.runtimeview import ContainerRecord
 from nodeagent.stages import AgentHandle, Cleanup, Observe, PodContext
 from plugins.logs import rotation, symlink
@@ -42,7 +42,7 @@ class LogsStage(Observe, Cleanup):
         self._interval = interval
 
     def _log_dir(self, ctx: PodContext) -> Path:
-        return self._pod_logs / f"{ctx.ref.namespace}_{ctx.ref.name}_{ctx.ref.uid}"
+        return hostpaths.pod_log_dir(self._pod_logs, ctx.ref.namespace, ctx.ref.name, ctx.ref.uid)
 
     # --- observe ---------------------------------------------------------------------------
 

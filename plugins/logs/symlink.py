@@ -10,14 +10,15 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from nodeagent import hostpaths
+
 # ext4 allows 255 bytes per file name; the kubelet cuts the name before the ".log" suffix.
 MAX_FILE_NAME = 255
 SUFFIX = ".log"
 
 
 def link_name(pod: str, namespace: str, container: str, container_id: str) -> str:
-    stem = f"{pod}_{namespace}_{container}-{container_id}"
-    return stem[: MAX_FILE_NAME - len(SUFFIX)] + SUFFIX
+    return hostpaths.log_symlink_name(pod, namespace, container, container_id, SUFFIX)
 
 
 def pod_prefix(pod: str, namespace: str) -> str:

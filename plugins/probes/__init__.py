@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from nodeagent.podfacts import STARTUP_PASSED
 from nodeagent.stages import AgentHandle, Observe, PodContext
 from plugins.probes.events import (
     ProbeFailed,
@@ -33,6 +34,7 @@ from plugins.probes.worker import PodProbes
 
 class ProbesStage(Observe):
     name: ClassVar[str] = "probes"
+    provides = (STARTUP_PASSED,)
     # Readiness keeps being probed while a pod terminates (endpoints must see it go unready);
     # liveness and startup probes stop, so that no probe kills a container that is stopping.
     through_termination: ClassVar[bool] = True

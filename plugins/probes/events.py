@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from nodeagent.events import Event
+from nodeagent.events import Event, KubeEvent
 
 ProbeName = Literal["Liveness", "Readiness", "Startup"]
 
@@ -22,6 +22,9 @@ class ProbeFailed(Event):
     """``<Type> probe failed: <output>``, the kubelet's wording."""
     consecutive_failures: int
 
+    def kube_event(self) -> KubeEvent:
+        return KubeEvent("Warning", "Unhealthy", self.message, self.container)
+
 
 class ProbeWarned(Event):
     """An HTTP probe stopped at a redirect to another host: a success with a warning (the
@@ -32,6 +35,9 @@ class ProbeWarned(Event):
     container_id: str
     probe: ProbeName
     message: str
+
+    def kube_event(self) -> KubeEvent:
+        return KubeEvent("Warning", "ProbeWarning", self.message, self.container)
 
 
 class ProbeResultChanged(Event):
@@ -55,3 +61,6 @@ class UnhealthyContainerKilled(Event):
     grace_period_seconds: int
     message: str
     """``Container <name> failed <type> probe, will be restarted`` (the kubelet's Killing text)."""
+
+    def kube_event(self) -> KubeEvent:
+        return KubeEvent("Normal", "Killing", self.message, self.container)

@@ -8,6 +8,8 @@ observe loop restarts it per restartPolicy (with its CrashLoopBackOff)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 
 from cri import CriError, NotFound
@@ -22,7 +24,7 @@ from plugins.probes.events import (
     UnhealthyContainerKilled,
 )
 from plugins.probes.prober import ProbeError, Target, run_probe
-from plugins.restartpolicy import STARTUP_PASSED
+from nodeagent.podfacts import STARTUP_PASSED
 from plugins.probes.results import Outcome, ProbeState, ProbeType, Result
 
 MINIMUM_GRACE_SECONDS = 2  # minimumGracePeriodInSeconds
@@ -149,7 +151,7 @@ class PodProbes:
         group.report(ctx)
         if state.type is ProbeType.STARTUP and applied is Result.SUCCESS:
             # A sidecar's next containers wait for this (plugins/runtime/plan.py).
-            ctx.stash.setdefault(STARTUP_PASSED, set()).add(record.id)
+            _passed(ctx).add(record.id)
             # The kubelet runs readiness right away once a container has started.
             readiness = group.states.get(ProbeType.READINESS)
             if readiness is not None:
@@ -232,3 +234,11 @@ async def _sleep_or_trigger(clock: Clock, seconds: float, trigger: anyio.Event) 
 
         tg.start_soon(sleep)
         tg.start_soon(wake)
+
+
+def _passed(ctx: Any) -> set[str]:
+    passed = ctx.facts.get(STARTUP_PASSED)
+    if passed is None:
+        passed = set()
+        ctx.facts.set(STARTUP_PASSED, passed)
+    return passed

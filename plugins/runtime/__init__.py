@@ -31,6 +31,8 @@ import structlog
 
 from cri import AlreadyExists, CriError, NotFound
 from cri import types as t
+from nodeagent import hostpaths
+from nodeagent.additions import CONTAINER_ADDITIONS
 from nodeagent import labels as L
 from nodeagent.events import SandboxRemoved, SandboxStarted
 from nodeagent.stages import (
@@ -42,7 +44,11 @@ from nodeagent.stages import (
     Result,
     Start,
 )
+from nodeagent.mounttable import mounts_under
+from nodeagent.podfacts import RESIZE, RESTART_ALL_AT, RUNTIME_NOTES, STARTUP_PASSED, notes_of
 from nodeagent.stash import StashKey
+from nodeagent.waits import first_of
+from nodeagent.volumebind import unbind_pod
 from plugins.runtime import podcgroup
 from plugins.runtime.images import ImagePuller
 from plugins.runtime.nodekeyring import NodeKeyring
@@ -61,11 +67,12 @@ POD_IP = StashKey[str]("runtime.pod_ip")
 STARTING_WAIT_SECONDS = 30.0
 ORPHAN_SWEEP_SECONDS = 60.0
 ORPHAN_MIN_AGE_SECONDS = 60.0
-SPEC_POLL_SECONDS = 0.5
 
 
 class RuntimeStage(Prepare, Start, Observe, Cleanup):
     name: ClassVar[str] = "runtime"
+    provides = (RUNTIME_NOTES, RESIZE, RESTART_ALL_AT)
+    uses = (STARTUP_PASSED, CONTAINER_ADDITIONS)
 
     def __init__(self, node_name: str, pod_logs_dir: Path, node_keyring: NodeKeyring | None = None,
                  pull_records: PullRecords | None = None, *, pod_cgroups: bool = True) -> None:
@@ -98,6 +105,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     # --- prepare: images, then the sandbox ------------------------------------------------
 
     async def prepare(self, ctx: PodContext) -> Result:
+        notes_of(ctx.facts)  # made now: the status stage watches them from its first pass
         refs: dict[str, str] = {}
         secrets = PullSecrets(ctx)
         for container in ctx.pod.all_containers():
@@ -203,6 +211,11 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
                     await ctx.runtime.stop_pod_sandbox(sandbox.id)
                 except NotFound:
                     pass
+        # The subPath and hostPath binds this stage made at container starts (found in the
+        # mount table: they may be an earlier agent's), before the volumes they point into go.
+        left = await anyio.to_thread.run_sync(unbind_pod, ctx.pod_dir)
+        if left:
+            ctx.log.warning("volume binds still mounted", mounts=[str(p) for p in left])
 
     # --- start: the first pass of the sync loop --------------------------------------------
 
@@ -243,9 +256,9 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         self._ledger.release(ctx.ref.uid)
         if self._pod_cgroups:
             await podcgroup.remove(ctx.pod)
-        logs = self._logs / f"{ctx.ref.namespace}_{ctx.ref.name}_{ctx.ref.uid}"
+        logs = hostpaths.pod_log_dir(self._logs, ctx.ref.namespace, ctx.ref.name, ctx.ref.uid)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(logs, ignore_errors=True))
-        await anyio.to_thread.run_sync(lambda: shutil.rmtree(ctx.pod_dir, ignore_errors=True))
+        await anyio.to_thread.run_sync(_remove_pod_dir, ctx)
 
     # --- what the runtime has for this pod -------------------------------------------------
 
@@ -256,6 +269,18 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     async def _containers(self, ctx: PodContext) -> list[t.Container]:
         found = await ctx.runtime.list_containers(t.ContainerFilter(label_selector={L.POD_UID: ctx.ref.uid}))
         return [c for c in found if c.labels.get(L.MANAGED_BY) == self._node]
+
+
+def _remove_pod_dir(ctx: PodContext) -> None:
+    """The pod directory, unless something is still mounted in it: a bind there may be a
+    hostPath, and removing into it would remove the host's files."""
+    pod_dir = ctx.pod_dir
+    unbind_pod(pod_dir)
+    left = mounts_under(pod_dir)
+    if left:
+        ctx.log.warning("pod directory kept: still mounted in it", mounts=[str(p) for p in left])
+        return
+    shutil.rmtree(pod_dir, ignore_errors=True)
 
 
 async def _remove_container(ctx: PodContext, container_id: str) -> None:
@@ -275,31 +300,13 @@ async def _remove_container(ctx: PodContext, container_id: str) -> None:
 
 
 async def _until_changed(ctx: PodContext, seconds: float) -> None:
-    """Until the relister sees a change for the pod, or ``seconds`` pass on the stage's clock
-    (a back-off ending), or a resync period passes."""
+    """Until the relister sees a change for the pod, a new spec reaches it (a resize), or
+    ``seconds`` pass on the stage's clock (a back-off ending), or a resync period passes."""
     if seconds <= 0:
         await anyio.lowlevel.checkpoint()
         return
-    async with anyio.create_task_group() as tg:
-
-        async def changed() -> None:
-            await ctx.runtime_changed(timeout=min(seconds, RESYNC_SECONDS))
-            tg.cancel_scope.cancel()
-
-        async def spec_changed() -> None:
-            # A new spec (a resize) reaches the worker as a new ctx.pod, without an event.
-            pod = ctx.pod
-            while ctx.pod is pod:
-                await anyio.sleep(SPEC_POLL_SECONDS)
-            tg.cancel_scope.cancel()
-
-        async def elapsed() -> None:
-            await ctx.clock.sleep(seconds)
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(changed)
-        tg.start_soon(elapsed)
-        tg.start_soon(spec_changed)
+    await first_of(ctx.runtime_changed(timeout=min(seconds, RESYNC_SECONDS)),
+                   ctx.pod_changed(ctx.pod, seconds), ctx.clock.sleep(seconds))
 
 
 def plugin(config: Mapping[str, Any], handle: AgentHandle) -> RuntimeStage:

@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from cri import types as t
+from nodeagent import hostpaths
 from nodeagent import labels as L
 from nodeagent.additions import ContainerAdditions
 from nodeagent.errors import Retryable
 from nodeagent.model import Container, Pod
 from nodeagent.stages import NodeInfo, PodContext
 from plugins.runtime import hosts, security
-from plugins.runtime.env import FieldError, PodFacts, container_env, expand_command
-from plugins.runtime.resources import (
+from nodeagent.kube.env import FieldError, PodFacts, container_env, expand_command
+from nodeagent.kube.resources import (
     CPU_PERIOD_US,
     MIN_QUOTA_US,
     MIN_SHARES,
@@ -78,7 +79,7 @@ def _hosts_mount(pod: Pod, facts: PodFacts, settings: Any, mounts: Sequence[t.Mo
     content = hosts.hosts_content(pod, facts.pod_ips, getattr(settings, "cluster_domain", DEFAULT_CLUSTER_DOMAIN))
     if content is None:
         return None
-    path = Path(root_dir) / "pods" / pod.uid / "etc-hosts"
+    path = hostpaths.etc_hosts(hostpaths.pod_dir(Path(root_dir), pod.uid))
     try:
         hosts.ensure_hosts_file(path, content)
     except OSError as exc:
@@ -149,7 +150,7 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
             L.MANAGED_BY: node_name,
         },
         annotations={**extra.annotations, **annotations},
-        log_path=f"{container.name}/{attempt}.log",
+        log_path=hostpaths.container_log_path(container.name, attempt),
         stdin=container.stdin,
         stdin_once=container.stdin_once,
         tty=container.tty,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from nodeagent.events import Event
+from nodeagent.events import Event, KubeEvent
 
 
 class ContainerKilled(Event):
@@ -25,6 +25,9 @@ class ContainerKilled(Event):
     finished_at: float | None = None
     """When the runtime saw the container exit (seconds since the epoch)."""
 
+    def kube_event(self) -> KubeEvent:
+        return KubeEvent("Normal", "Killing", f"Stopping container {self.container}", self.container)
+
 
 class HookFailed(Event):
     kind: Literal["HookFailed"] = "HookFailed"
@@ -33,6 +36,9 @@ class HookFailed(Event):
     hook: Literal["PostStart", "PreStop"]
     reason: Literal["FailedPostStartHook", "FailedPreStopHook"]
     message: str
+
+    def kube_event(self) -> KubeEvent:
+        return KubeEvent("Warning", self.reason, self.message, self.container)
 
 
 class ContainerBackedOff(Event):
@@ -45,6 +51,9 @@ class ContainerBackedOff(Event):
     delay_seconds: float
     message: str
 
+    def kube_event(self) -> KubeEvent:
+        return KubeEvent("Warning", "BackOff", self.message, self.container)
+
 
 class ContainerFailed(Event):
     """A container could not be configured, created or started (the kubelet's Warning
@@ -54,6 +63,9 @@ class ContainerFailed(Event):
     container: str
     reason: Literal["CreateContainerConfigError", "CreateContainerError", "RunContainerError"]
     message: str
+
+    def kube_event(self) -> KubeEvent:
+        return KubeEvent("Warning", "Failed", f"Error: {self.message}", self.container)
 
 
 class PullSecretsUnavailable(Event):
@@ -66,3 +78,7 @@ class PullSecretsUnavailable(Event):
     secrets: list[str]
     reason: Literal["FailedToRetrieveImagePullSecret"] = "FailedToRetrieveImagePullSecret"
     message: str
+
+    def kube_event(self) -> KubeEvent:
+        # On the pod, as the kubelet records it after the sync (no container fieldPath).
+        return KubeEvent("Warning", self.reason, self.message)

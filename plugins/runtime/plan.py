@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from nodeagent.model import Container, Pod
-from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
-from plugins.restartpolicy import (
+from nodeagent.runtimeview import ContainerRecord, PodRuntime
+from nodeagent.kube.restartpolicy import (
     container_should_restart,
     init_failed,
     is_sidecar,
@@ -55,19 +55,6 @@ class Plan:
     initialized: bool = False
 
 
-def newest_sandbox(runtime: PodRuntime) -> SandboxRecord | None:
-    return max(runtime.sandboxes, key=lambda s: s.created_at) if runtime.sandboxes else None
-
-
-def latest_in(runtime: PodRuntime, sandbox_id: str, since: int = 0) -> dict[str, ContainerRecord]:
-    """The newest instance of each container in ``sandbox_id`` (made after ``since``, ns)."""
-    found: dict[str, ContainerRecord] = {}
-    for c in sorted(runtime.containers, key=lambda c: (c.attempt, c.created_at)):
-        if c.sandbox_id == sandbox_id and c.created_at > since:
-            found[c.name] = c
-    return found
-
-
 def plan(pod: Pod, runtime: PodRuntime, restart: frozenset[str] = frozenset(), since: int = 0,
          unstarted: frozenset[str] = frozenset()) -> Plan:
     """``restart``: ids of exited instances to restart whatever the restart policy (killed by the
@@ -75,7 +62,7 @@ def plan(pod: Pod, runtime: PodRuntime, restart: frozenset[str] = frozenset(), s
     was last restarted as a whole (RestartAllContainers): older instances are history only.
     ``unstarted``: ids of running sidecars whose startup probe has not passed yet."""
     spec = pod.spec
-    sandbox = newest_sandbox(runtime)
+    sandbox = runtime.newest_sandbox()
     if sandbox is None or not sandbox.ready:
         # PodSandboxChanged. Under Never a pod whose sandbox died after containers ran is not
         # started again: it just ends (the kubelet's "do not recreate" rule).
@@ -83,7 +70,7 @@ def plan(pod: Pod, runtime: PodRuntime, restart: frozenset[str] = frozenset(), s
             return Plan(kill_pod=True)
         return Plan(new_sandbox=True)
 
-    here = latest_in(runtime, sandbox.id, since)
+    here = runtime.latest_in(sandbox.id, since)
     # Any regular container in this sandbox means initialization finished once: init
     # containers never run again in it (they may have been removed since).
     previously_initialized = any(c.name in here for c in spec.containers)

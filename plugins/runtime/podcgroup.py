@@ -22,10 +22,10 @@ from typing import Any
 
 import anyio
 
-from nodeagent import quantity
+from nodeagent import hostpaths, quantity
 from nodeagent.model import Pod
 from nodeagent.stages import PodContext
-from plugins.runtime.resources import (
+from nodeagent.kube.resources import (
     CPU_PERIOD_US,
     Values,
     milli_cpu_to_quota,
@@ -54,9 +54,10 @@ def cgroup_parent(pod: Pod, settings: Any = None) -> str:
     if not enabled(settings):
         return ""
     qos = qos_class(pod)
+    name = hostpaths.pod_cgroup_name(pod.uid)
     if qos == "Guaranteed":
-        return f"/{ROOT}/pod{pod.uid}"
-    return f"/{ROOT}/{qos.lower()}/pod{pod.uid}"
+        return f"/{ROOT}/{name}"
+    return f"/{ROOT}/{qos.lower()}/{name}"
 
 
 def unified() -> bool:
@@ -202,6 +203,12 @@ def sweep(active: Collection[str], min_age_seconds: float, now: float, root_name
     slow to exit, a sandbox made without the agent) leaves directories that nothing else
     removes and that every walk of the hierarchy pays for. Returns the UIDs removed."""
     removed: list[str] = []
+    keep = set()
+    for uid in active:
+        try:
+            keep.add(hostpaths.pod_cgroup_name(uid))  # by name: a long UID's name is hashed
+        except hostpaths.UnsafeName:
+            continue
     roots = [CGROUP_FS] if unified() else [p for p in CGROUP_FS.iterdir() if p.is_dir()]
     for root in roots:
         base = root / root_name
@@ -212,7 +219,7 @@ def sweep(active: Collection[str], min_age_seconds: float, now: float, root_name
                 continue
             for d in candidates:
                 uid = d.name.removeprefix("pod")
-                if uid in active:
+                if d.name in keep:
                     continue
                 try:
                     if now - d.stat().st_mtime < min_age_seconds:

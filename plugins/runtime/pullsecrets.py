@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from nodeagent.stages import PodContext
-from plugins.apivolumes.objects import ObjectReader, ObjectUnavailable
+from nodeagent.kube.configdata import ObjectReader, ObjectUnavailable
 from plugins.runtime.keyring import Keyring, KeyringError, auths_of
 
 
@@ -55,10 +55,10 @@ class PullSecrets:
         ctx = self._ctx
         names = [ref.name for ref in ctx.pod.spec.image_pull_secrets if ref.name]  # empty names: ignored
         found = PullCredentials()
-        if not names or ctx.api is None:
+        if not names or not ctx.objects.cluster:
             return found
         namespace = ctx.pod.metadata.namespace
-        reader = ObjectReader(ctx.api, namespace)
+        reader = ObjectReader(ctx.objects, namespace)
         for name in names:
             try:
                 secret = await reader.get("Secret", name)

@@ -19,24 +19,23 @@ the stages as ``ctx.pod``. Every pass of the runtime stage's sync loop (sync.py)
 
 Containers are always created with their *allocated* resources (:func:`allocated_pod`), never the
 desired ones, so a deferred resize does not sneak in through a restart. The status stage reports
-allocation, actuation and conditions from the :class:`ResizeState` kept here.
+allocation, actuation and conditions from the :class:`ResizeState` this stage provides as the
+fact nodeagent.podfacts.RESIZE.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cri import CriError, NotFound
-from nodeagent import quantity
-from nodeagent.model import Container, Pod, ResourceRequirements
+from nodeagent.kube.resize import DEFERRED, ERROR, INFEASIBLE, ResizeState, same, with_resources
+from nodeagent.model import Container, Pod
+from nodeagent.podfacts import RESIZE, notes_of
 from nodeagent.runtimeview import PodRuntime
 from nodeagent.stages import PodContext
-from nodeagent.stash import Stash, StashKey
 from plugins.runtime import podcgroup
-from plugins.runtime.notes import notes_of
-from plugins.runtime.plan import latest_in, newest_sandbox
-from plugins.runtime.resources import (
+from nodeagent.kube.resources import (
     FIT_RESOURCES,
     Values,
     linux_resources,
@@ -45,86 +44,27 @@ from plugins.runtime.resources import (
 )
 from plugins.runtime.termination import kill, pod_grace, victim
 
-INFEASIBLE = "Infeasible"
-DEFERRED = "Deferred"
-ERROR = "Error"  # v1.PodReasonError: the in-progress resize failed to actuate
-RESIZE_PENDING = "PodResizePending"
-RESIZE_IN_PROGRESS = "PodResizeInProgress"
 
 
-@dataclass
-class ResizeState:
-    """Per pod, in the stash under :data:`RESIZE`."""
-
-    generation: int
-    """The generation of the spec whose resources are allocated."""
-    containers: dict[str, ResourceRequirements]
-    """Allocated resources per container name."""
-    pod: ResourceRequirements | None
-    """Allocated pod-level resources (spec.resources)."""
-    observed_generation: int = 0
-    """The newest generation the node has acted on (allocated, or found pending)."""
-    applied: dict[str, tuple[ResourceRequirements, Values]] = field(default_factory=dict)
-    """Container id -> the resources its instance runs with (created with, or updated to)."""
-    pending: tuple[str, str] | None = None
-    """PodResizePending (reason Infeasible or Deferred, message)."""
-    in_progress: tuple[str, str] | None = None
-    """PodResizeInProgress (reason "" or Error, message)."""
-    restarting: set[str] = field(default_factory=set)
-    """Container ids killed for a resize: their restart skips the back-off."""
-    pod_cgroup: Values | None = None
-    """What the pod cgroup was last set to."""
-    pod_applied: ResourceRequirements | None = None
-    """The pod-level resources the pod cgroup was last set from (status.resources of the pod,
-    which the kubelet reads back from that cgroup)."""
-
-
-RESIZE = StashKey[ResizeState]("runtime.resize")
-
-
-def _norm(resources: ResourceRequirements | None) -> tuple[object, ...]:
-    """Resources by value: "100m" equals "0.1", and an absent section equals an empty one."""
-    if resources is None:
-        return ((), ())
-    return (tuple(sorted((k, quantity.parse(v)) for k, v in resources.limits.items())),
-            tuple(sorted((k, quantity.parse(v)) for k, v in resources.requests.items())))
-
-
-def same(a: ResourceRequirements | None, b: ResourceRequirements | None) -> bool:
-    return _norm(a) == _norm(b)
-
-
-def state_of(stash: Stash) -> ResizeState | None:
-    return stash.get(RESIZE)
+def state_of(ctx: PodContext) -> ResizeState | None:
+    return ctx.facts.get(RESIZE)
 
 
 def ensure_state(ctx: PodContext) -> ResizeState:
     """The allocation starts as the spec the pod was admitted with."""
-    state = ctx.stash.get(RESIZE)
+    state = ctx.facts.get(RESIZE)
     if state is None:
         pod = ctx.pod
         state = ResizeState(generation=pod.metadata.generation,
                             containers={c.name: c.resources for c in pod.all_containers()},
                             pod=pod.spec.resources, observed_generation=pod.metadata.generation)
-        ctx.stash[RESIZE] = state
+        ctx.facts.set(RESIZE, state)
     return state
-
-
-def with_resources(pod: Pod, containers: Mapping[str, ResourceRequirements],
-                   pod_level: ResourceRequirements | None) -> Pod:
-    def fix(c: Container) -> Container:
-        wanted = containers.get(c.name)
-        return c if wanted is None or wanted is c.resources else c.model_copy(update={"resources": wanted})
-
-    spec = pod.spec.model_copy(update={"containers": [fix(c) for c in pod.spec.containers],
-                                       "init_containers": [fix(c) for c in pod.spec.init_containers],
-                                       "resources": pod_level})
-    return pod.model_copy(update={"spec": spec})
 
 
 def allocated_pod(ctx: PodContext) -> Pod:
     """``ctx.pod`` with the allocated resources in place of the desired ones."""
-    state = state_of(ctx.stash)
+    state = state_of(ctx)
     if state is None:
         return ctx.pod
     return with_resources(ctx.pod, state.containers, state.pod)
@@ -132,7 +72,7 @@ def allocated_pod(ctx: PodContext) -> Pod:
 
 def record_created(ctx: PodContext, container_id: str, container: Container) -> None:
     """A new instance runs with ``container``'s resources (the allocated ones)."""
-    state = state_of(ctx.stash)
+    state = state_of(ctx)
     pod_level = state.pod if state is not None else ctx.pod.spec.resources
     if state is not None:
         state.applied[container_id] = (container.resources, values(container.resources, pod_level))
@@ -140,14 +80,14 @@ def record_created(ctx: PodContext, container_id: str, container: Container) -> 
 
 def skip_backoff(ctx: PodContext, container_id: str) -> bool:
     """The exited instance was killed for a resize: restart it at once."""
-    state = state_of(ctx.stash)
+    state = state_of(ctx)
     return state is not None and container_id in state.restarting
 
 
 def resize_restarts(ctx: PodContext) -> frozenset[str]:
     """Ids of instances killed for a resize: restarted whatever the pod's restartPolicy (the
     kubelet puts them in ContainersToStart)."""
-    state = state_of(ctx.stash)
+    state = state_of(ctx)
     return frozenset(state.restarting) if state is not None else frozenset()
 
 
@@ -206,7 +146,7 @@ class Resizer:
         self._allocate(ctx, state)
         killed = await self._actuate(ctx, state, runtime)
         if (state.pending, state.in_progress, state.observed_generation, len(state.applied)) != before:
-            notes_of(ctx.stash).touch()  # the status stage reports the new state
+            notes_of(ctx.facts).touch()  # the status stage reports the new state
         return killed
 
     def _allocate(self, ctx: PodContext, state: ResizeState) -> None:
@@ -236,12 +176,12 @@ class Resizer:
         self.ledger.set(ctx.ref.uid, pod)
 
     async def _actuate(self, ctx: PodContext, state: ResizeState, runtime: PodRuntime) -> bool:
-        sandbox = newest_sandbox(runtime)
+        sandbox = runtime.newest_sandbox()
         if sandbox is None or not sandbox.ready:
             state.in_progress = None  # the new sandbox's containers start with the allocation
             return False
         pod = allocated_pod(ctx)
-        here = latest_in(runtime, sandbox.id)
+        here = runtime.latest_in(sandbox.id)
         updates: list[tuple[Container, str, Values, Values]] = []
         restarts: list[tuple[Container, str]] = []
         busy = False
@@ -401,15 +341,5 @@ async def _memory_usage(ctx: PodContext, container_id: str) -> int | None:
     return memory.usage_bytes if memory is not None else None
 
 
-def status_resources(resources: ResourceRequirements) -> dict[str, dict[str, str]]:
-    """ResourceRequirements as the API shows it: no empty sections, no claims."""
-    out: dict[str, dict[str, str]] = {}
-    if resources.limits:
-        out["limits"] = {k: str(v) for k, v in resources.limits.items()}
-    if resources.requests:
-        out["requests"] = {k: str(v) for k, v in resources.requests.items()}
-    return out
-
-
-__all__ = ["RESIZE", "Ledger", "ResizeState", "Resizer", "allocated_pod", "ensure_state", "pod_requests", "record_created", "resize_restarts",
-           "same", "skip_backoff", "state_of", "status_resources", "values"]
+__all__ = ["Ledger", "Resizer", "allocated_pod", "ensure_state", "pod_requests", "record_created", "resize_restarts",
+           "skip_backoff", "state_of", "values"]

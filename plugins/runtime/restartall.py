@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import time
 
+from nodeagent.facts import FactAccess
+from nodeagent.kube.restartpolicy import matching_rule
 from nodeagent.model import Pod
+from nodeagent.podfacts import RESTART_ALL_AT
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
-from nodeagent.stash import Stash, StashKey
-from plugins.restartpolicy import matching_rule
 
-RESET_AT: StashKey[int] = StashKey("runtime.restart_all_at")
-"""When the pod was last reset (ns, the runtime's clock for created_at)."""
 REASON = "RestartAllContainers"
 
 
-def reset_at(stash: Stash) -> int:
-    return stash.get(RESET_AT, 0)
+def reset_at(facts: FactAccess) -> int:
+    """When the pod was last reset (ns, the runtime's clock for created_at); 0: never."""
+    return facts.get(RESTART_ALL_AT) or 0
 
 
 def trigger(pod: Pod, runtime: PodRuntime, since: int) -> ContainerRecord | None:
@@ -39,14 +39,5 @@ def trigger(pod: Pod, runtime: PodRuntime, since: int) -> ContainerRecord | None
     return None
 
 
-def begin(stash: Stash) -> None:
-    stash[RESET_AT] = time.time_ns()
-
-
-def awaiting_rerun(pod: Pod, runtime: PodRuntime, since: int) -> bool:
-    """Reset, and some container has not run again since: the pod is not finished, whatever
-    its stopped instances say."""
-    if not since:
-        return False
-    return any((latest := runtime.latest(c.name)) is not None and latest.created_at <= since
-               for c in pod.all_containers())
+def begin(facts: FactAccess) -> None:
+    facts.set(RESTART_ALL_AT, time.time_ns())

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from cri import types as t
+from nodeagent import hostpaths
 from nodeagent import labels as L
 from nodeagent.errors import Retryable
 from nodeagent.model import Pod
@@ -27,7 +28,7 @@ class SandboxConfigError(Retryable):
 
 def log_directory(pod_logs_dir: Path, pod: Pod) -> Path:
     """``<podLogsDir>/<namespace>_<name>_<uid>``: the kubelet's pod log directory."""
-    return pod_logs_dir / f"{pod.metadata.namespace}_{pod.metadata.name}_{pod.uid}"
+    return hostpaths.pod_log_dir(pod_logs_dir, pod.metadata.namespace, pod.metadata.name, pod.uid)
 
 
 def pod_labels(pod: Pod, node_name: str) -> dict[str, str]:

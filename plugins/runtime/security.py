@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cri import types as t
+from nodeagent import hostpaths
+from nodeagent.kube.security import is_privileged, normalize_sysctl
 from nodeagent.model import Container, Pod, SecurityContext, SecurityProfile
 
 # securitycontext/util.go: what a non-privileged container cannot see or change in /proc and
@@ -84,7 +86,7 @@ def _seccomp(profile: SecurityProfile | None, root: Path | None, default_runtime
     if profile.type == "RuntimeDefault":
         return t.SecurityProfile(profile_type=t.ProfileType.RuntimeDefault)
     if profile.type == "Localhost":
-        ref = str((root or Path("/")) / "seccomp" / (profile.localhost_profile or ""))
+        ref = str(hostpaths.seccomp_profile(root or Path("/"), profile.localhost_profile or ""))
         return t.SecurityProfile(profile_type=t.ProfileType.Localhost, localhost_ref=ref)
     return t.SecurityProfile(profile_type=t.ProfileType.Unconfined)
 
@@ -136,10 +138,6 @@ def supplemental_groups(pod: Pod) -> list[int]:
     if sc is None:
         return []
     return ([sc.fs_group] if sc.fs_group is not None else []) + list(sc.supplemental_groups)
-
-
-def is_privileged(container: Container) -> bool:
-    return bool(container.security_context and container.security_context.privileged)
 
 
 def container_security(pod: Pod, container: Container, user: ImageUser | None, *, root_dir: Path | None = None,
@@ -203,17 +201,6 @@ def sandbox_security(pod: Pod, *, root_dir: Path | None = None,
         privileged=any(is_privileged(c) for c in pod.all_containers()),
         seccomp=seccomp,
     )
-
-
-def normalize_sysctl(name: str) -> str:
-    """utilsysctl.NormalizeName: ``kernel/shm_rmid_forced`` → ``kernel.shm_rmid_forced`` (when
-    the first separator is a slash, slashes and dots swap)."""
-    for ch in name:
-        if ch == ".":
-            return name
-        if ch == "/":
-            return name.translate(str.maketrans("/.", "./"))
-    return name
 
 
 def sysctls(pod: Pod) -> dict[str, str]:

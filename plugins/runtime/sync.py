@@ -21,18 +21,18 @@ import anyio
 from cri import CriError, NotFound
 from cri import types as t
 from nodeagent import labels as L
-from nodeagent.additions import additions_for
 from nodeagent.events import ContainerCreated
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import PodContext
 from nodeagent.stash import StashKey
-from plugins.restartpolicy import unstarted_sidecars
+from nodeagent.volumebind import VolumeBindError, bind_volume_mounts
+from nodeagent.kube.restartpolicy import unstarted_sidecars
+from nodeagent.podfacts import STARTUP_PASSED, notes_of
 from plugins.runtime import restartall
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.container import container_config, container_hash, runtime_inputs
 from plugins.runtime.events import ContainerBackedOff, ContainerFailed, HookFailed
 from plugins.runtime.hooks import HookError, HookTarget, format_pod, run_hook
-from plugins.runtime.notes import notes_of
 from plugins.runtime.plan import Plan, Step, plan
 from plugins.runtime.resize import (
     Resizer,
@@ -42,7 +42,7 @@ from plugins.runtime.resize import (
     skip_backoff,
 )
 from plugins.runtime.termination import kill, pod_grace, victim
-from plugins.runtime.termination_message import create_message_file, message_mount
+from nodeagent.terminationmessage import create_message_file, message_mount
 
 CRASHLOOP_INITIAL = 10.0  # the kubelet's initial CrashLoopBackOff
 CRASHLOOP_MAX = 300.0  # MaxContainerBackOff
@@ -103,13 +103,13 @@ class Syncer:
         if self.resizer is not None and await self.resizer.reconcile(ctx, runtime):
             acted(ctx)  # a container was killed for a resize: plan from a listing that shows it
             runtime = await fresh(ctx)
-        source = restartall.trigger(ctx.pod, runtime, restartall.reset_at(ctx.stash))
+        source = restartall.trigger(ctx.pod, runtime, restartall.reset_at(ctx.facts))
         if source is not None:
             await self._restart_all(ctx, runtime, source)
             runtime = await fresh(ctx)
         here = {c.name: c.id for c in runtime.containers if c.running}
-        unstarted = unstarted_sidecars(ctx.pod.spec, here, ctx.stash)
-        todo = plan(ctx.pod, runtime, resize_restarts(ctx), since=restartall.reset_at(ctx.stash),
+        unstarted = unstarted_sidecars(ctx.pod.spec, here, ctx.facts.get(STARTUP_PASSED) or set())
+        todo = plan(ctx.pod, runtime, resize_restarts(ctx), since=restartall.reset_at(ctx.facts),
                     unstarted=unstarted)
         if todo.new_sandbox:
             return await self._replace_sandbox(ctx, runtime)
@@ -204,8 +204,17 @@ class Syncer:
         for c in ctx.observed.containers:
             if c.name == name and c.id != keep and c.exited:
                 await _remove(ctx, c.id)
-        message_file = create_message_file(ctx.pod_dir, name)
-        extra = additions_for(ctx.stash, name)
+        try:
+            extra = ctx.additions.merged(name)
+            # subPaths and typed hostPaths: opened, checked and bound now, for this instance —
+            # never what an earlier start (or prepare) saw, which a container may have changed.
+            extra.mounts.extend(await anyio.to_thread.run_sync(bind_volume_mounts, ctx.pod_dir, name, extra.binds))
+            message_file = create_message_file(ctx.pod_dir, name)
+        except (VolumeBindError, OSError, ValueError) as exc:
+            detail = exc.detail if isinstance(exc, VolumeBindError) else str(exc)
+            ctx.log.warning("cannot prepare the container's mounts", container=name, error=detail)
+            await _failed(ctx, name, "CreateContainerConfigError", str(exc))
+            return ERROR_RETRY_SECONDS
         extra.mounts.append(message_mount(message_file, container.termination_message_path))
         if container.lifecycle is not None and container.lifecycle.pre_stop is not None:
             # So that a restarted agent can run the hook of a container its spec no longer names.
@@ -253,7 +262,7 @@ class Syncer:
         if hook is None:
             ctx.status.clear_container_waiting(container.name)
             return None
-        notes = notes_of(ctx.stash)
+        notes = notes_of(ctx.facts)
         notes.post_start_running.add(container_id)
         notes.touch()
         target = HookTarget(pod=format_pod(ctx.pod), container=container.name, container_id=container_id,
@@ -289,7 +298,7 @@ class Syncer:
         """A RestartAllContainers rule matched ``source``'s exit: stop everything that runs,
         then (the next plans) run the pod again from its first init container."""
         ctx.log.info("restarting all containers", container=source.name, exit_code=source.exit_code)
-        restartall.begin(ctx.stash)
+        restartall.begin(ctx.facts)
         await self._kill_running(ctx, runtime, restartall.REASON)
         acted(ctx)
 

@@ -4,8 +4,10 @@ prepare (before the runtime stage creates the sandbox) sets each volume up under
 ``<rootDir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`` — emptyDir (a 0777 directory,
 or a tmpfs for medium Memory), hostPath (its type check), downwardAPI (files written
 atomically) — gives emptyDir and downwardAPI volumes to the pod's ``fsGroup``
-(:mod:`plugins.volumes.ownership`), and contributes each container's volumeMounts as CRI
-mounts through :mod:`nodeagent.additions`. observe rewrites downwardAPI volumes when the pod's
+(:mod:`nodeagent.volumeutil.ownership`), and contributes each container's volumeMounts through
+:mod:`nodeagent.additions`: CRI mounts by path, except subPaths and typed hostPaths, which are
+contributed as binds that the runtime stage opens safely, checks and bind-mounts at every
+container start (:mod:`nodeagent.volumebind`). observe rewrites downwardAPI volumes when the pod's
 labels, annotations or spec change. unprepare, which runs only once no container of the pod
 runs, unmounts the tmpfs mounts and removes the volume directories.
 
@@ -24,26 +26,30 @@ from typing import Any, ClassVar
 import anyio
 
 from cri import types as t
-from nodeagent.additions import CONTAINER_ADDITIONS, contribute
+from nodeagent import hostpaths
+from nodeagent.additions import CONTAINER_ADDITIONS, ContainerAdditions, VolumeBind, add_mounts
 from nodeagent.model import DownwardAPIVolumeSource, Volume
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
-from nodeagent.stash import StashKey
-from plugins.runtime.env import FieldError, PodFacts, container_env
+from nodeagent.kube.env import FieldError, PodFacts, container_env
+from nodeagent.kube.downward import downward_payload
+from nodeagent.mounttable import mounts_under
+from nodeagent.volumeutil import SetupError
+from nodeagent.volumeutil.atomicwriter import write_atomically
+from nodeagent.volumeutil.mounts import MountConfigError, PreparedVolume, container_mounts
+from nodeagent.volumeutil.ownership import fs_group_of, set_volume_ownership
+from nodeagent.volumeutil.tmpfs import MountError, unmount
 from plugins.volumes import sources
-from plugins.volumes.mountinfo import MountError, mounts_under, unmount
-from plugins.volumes.mounts import MountConfigError, PreparedVolume, container_mounts
-from plugins.volumes.ownership import fs_group_of, set_volume_ownership
-from plugins.volumes.specwatch import RESYNC_SECONDS, pod_changed
 
-CONTRIBUTED = StashKey[dict[str, list[t.Mount]]]("volumes.contributed")
-"""Container name → the mounts this stage added, so that a second prepare replaces them."""
 
 FAILED_MOUNT = "FailedMount"
 CONFIG_ERROR = "CreateContainerConfigError"
+RESYNC_SECONDS = 60.0
+"""The kubelet's pod sync period: downwardAPI volumes are rewritten at least this often."""
 
 
 class VolumesStage(Prepare, Observe):
     name: ClassVar[str] = "volumes"
+    provides = (CONTAINER_ADDITIONS,)
 
     async def prepare(self, ctx: PodContext) -> Result:
         pod = ctx.pod
@@ -54,17 +60,17 @@ class VolumesStage(Prepare, Observe):
         for volume in pod.spec.volumes:
             try:
                 prepared[volume.name] = await self._set_up(ctx, volume, facts)
-            except (sources.SetupError, FieldError, MountError, OSError) as exc:
+            except (SetupError, FieldError, MountError, OSError) as exc:
                 # The kubelet's FailedMount: the pod waits (ContainerCreating) and setup retries.
                 message = f'MountVolume.SetUp failed for volume "{volume.name}" : {exc}'
                 ctx.log.warning("volume setup failed", volume=volume.name, error=str(exc))
                 return Result.retry(FAILED_MOUNT, message)
-        table: dict[str, list[t.Mount]] = {}
+        table: dict[str, list[t.Mount | VolumeBind]] = {}
         for container in pod.all_containers():
             try:
                 env = container_env(pod, container, facts) if any(m.sub_path_expr for m in container.volume_mounts) \
                     else {}
-                table[container.name] = await anyio.to_thread.run_sync(container_mounts, container, prepared, env)
+                table[container.name] = container_mounts(container, prepared, env)
             except (MountConfigError, FieldError, OSError) as exc:
                 ctx.status.container_waiting(container.name, CONFIG_ERROR, str(exc))
                 return Result.retry(CONFIG_ERROR, f"container {container.name}: {exc}")
@@ -74,7 +80,7 @@ class VolumesStage(Prepare, Observe):
     async def _set_up(self, ctx: PodContext, volume: Volume, facts: PodFacts) -> PreparedVolume | None:
         pod = ctx.pod
         if volume.empty_dir is not None:
-            path = ctx.pod_dir / "volumes" / sources.EMPTY_DIR / volume.name
+            path = hostpaths.volume_dir(ctx.pod_dir, sources.EMPTY_DIR, volume.name)
             if volume.empty_dir.medium == "" and volume.empty_dir.size_limit is not None:
                 ctx.log.warning("emptyDir sizeLimit on the node's disk is not enforced", volume=volume.name)
             fresh = await sources.setup_empty_dir(path, volume.empty_dir, pod, ctx.node.allocatable.get("memory", 0))
@@ -87,7 +93,8 @@ class VolumesStage(Prepare, Observe):
             return PreparedVolume(path)
         if volume.host_path is not None:
             await anyio.to_thread.run_sync(sources.check_host_path, volume.host_path)
-            return PreparedVolume(Path(volume.host_path.path))
+            # The check is made again, on what is mounted, at each container start.
+            return PreparedVolume(Path(volume.host_path.path), host_path_type=volume.host_path.type)
         if volume.downward_api is not None:
             path = await self._write_downward(ctx, volume, volume.downward_api, facts)
             return PreparedVolume(path, read_only=True)
@@ -96,9 +103,9 @@ class VolumesStage(Prepare, Observe):
     @staticmethod
     async def _write_downward(ctx: PodContext, volume: Volume, source: DownwardAPIVolumeSource,
                               facts: PodFacts) -> Path:
-        path = ctx.pod_dir / "volumes" / sources.DOWNWARD_API / volume.name
-        payload = sources.downward_payload(source, ctx.pod, facts)
-        if await anyio.to_thread.run_sync(sources.write_atomically, path, payload, fs_group_of(ctx.pod)):
+        path = hostpaths.volume_dir(ctx.pod_dir, sources.DOWNWARD_API, volume.name)
+        payload = downward_payload(source, ctx.pod, facts)
+        if await anyio.to_thread.run_sync(write_atomically, path, payload, fs_group_of(ctx.pod)):
             ctx.log.debug("downwardAPI volume written", volume=volume.name, files=sorted(payload))
         return path
 
@@ -113,7 +120,7 @@ class VolumesStage(Prepare, Observe):
             return
         seen = ctx.pod
         while True:
-            await pod_changed(ctx, seen, RESYNC_SECONDS)
+            await ctx.pod_changed(seen, RESYNC_SECONDS)
             seen = ctx.pod
             facts = PodFacts(host_ips=(ctx.node.ip,) if ctx.node.ip else (), allocatable=dict(ctx.node.allocatable))
             for volume in seen.spec.volumes:
@@ -121,31 +128,23 @@ class VolumesStage(Prepare, Observe):
                     continue
                 try:
                     await self._write_downward(ctx, volume, volume.downward_api, facts)
-                except (sources.SetupError, FieldError, OSError) as exc:
+                except (SetupError, FieldError, OSError) as exc:
                     # The files keep their last content; the next change or resync tries again.
                     ctx.log.warning("downwardAPI volume refresh failed", volume=volume.name, error=str(exc))
 
     @staticmethod
-    def _contribute(ctx: PodContext, table: Mapping[str, list[t.Mount]]) -> None:
+    def _contribute(ctx: PodContext, table: Mapping[str, list[t.Mount | VolumeBind]]) -> None:
         """Replace what an earlier prepare contributed (a retry, an updated spec)."""
-        VolumesStage._withdraw(ctx)
+        ctx.additions.withdraw()
         for container, mounts in table.items():
             if mounts:
-                contribute(ctx.stash, VolumesStage.name, container).mounts.extend(mounts)
-        ctx.stash[CONTRIBUTED] = {name: list(mounts) for name, mounts in table.items()}
-
-    @staticmethod
-    def _withdraw(ctx: PodContext) -> None:
-        before = ctx.stash.pop(CONTRIBUTED) or {}
-        entries = ctx.stash.get(CONTAINER_ADDITIONS, {})
-        for container, mounts in before.items():
-            entry = entries.get(container)
-            if entry is not None:
-                entry.mounts[:] = [m for m in entry.mounts if m not in mounts]
+                entry = ContainerAdditions()
+                add_mounts(entry, mounts)
+                ctx.additions.set(container, entry)
 
     async def unprepare(self, ctx: PodContext) -> None:
         # Found on disk and in the mount table, not remembered: this may be a restarted agent.
-        volumes_dir = ctx.pod_dir / "volumes"
+        volumes_dir = ctx.pod_dir / hostpaths.VOLUMES
         for mount_point in mounts_under(volumes_dir):
             await unmount(mount_point)
         left = mounts_under(volumes_dir)
@@ -154,7 +153,7 @@ class VolumesStage(Prepare, Observe):
             ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])
             return
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(volumes_dir, ignore_errors=True))
-        self._withdraw(ctx)
+        ctx.additions.withdraw()
 
 
 def plugin(config: Mapping[str, Any], handle: AgentHandle) -> VolumesStage:

@@ -1,6 +1,6 @@
-"""Setting up each kind of volume nodeagent implements: emptyDir, hostPath and downwardAPI
-(pkg/volume/emptydir, pkg/volume/hostpath, pkg/volume/downwardapi with the atomic writer of
-pkg/volume/util/atomic_writer.go).
+"""Setting up the volumes of the volumes stage: emptyDir and hostPath (pkg/volume/emptydir,
+pkg/volume/hostpath); downwardAPI files come from nodeagent/kube/downward.py and are written by
+the atomic writer (nodeagent/volumeutil).
 
 Every function here is idempotent: prepare runs again after a retry and after an agent
 restart, and must find what it made the first time in place.
@@ -10,49 +10,21 @@ from __future__ import annotations
 
 import os
 import stat
-import time
-from collections.abc import Mapping
 from pathlib import Path
 
-from nodeagent import quantity
-from nodeagent.model import (
-    Container,
-    DownwardAPIVolumeSource,
-    EmptyDirVolumeSource,
-    HostPathVolumeSource,
-    Pod,
-)
-from plugins.runtime.env import FieldError, PodFacts, metadata_value, resource_value
-from plugins.volumes import ownership
-from plugins.volumes.mountinfo import is_mount_point, mount_tmpfs
+from nodeagent import volumebind
+from nodeagent.model import EmptyDirVolumeSource, HostPathVolumeSource, Pod
+from nodeagent.mounttable import is_mount_point
+from nodeagent.volumeutil import SetupError
+from nodeagent.volumeutil.tmpfs import mount_tmpfs, tmpfs_size
 
 EMPTY_DIR = "kubernetes.io~empty-dir"
 DOWNWARD_API = "kubernetes.io~downward-api"
-DATA_DIR = "..data"  # the atomic writer's symlink to the current payload
-DATA_DIR_TMP = "..data_tmp"
 
-
-class SetupError(ValueError):
-    """The volume cannot be set up now (the kubelet's FailedMount); setup is retried."""
+__all__ = ["DOWNWARD_API", "EMPTY_DIR", "SetupError", "check_host_path", "setup_empty_dir"]
 
 
 # --- emptyDir ------------------------------------------------------------------------------
-
-
-def tmpfs_size(volume: EmptyDirVolumeSource, pod: Pod, allocatable_memory: int) -> int | None:
-    """calculateEmptyDirMemorySize: the node's allocatable memory, lowered to the pod's memory
-    limit (when every container has one) and to the volume's sizeLimit."""
-    size = allocatable_memory or None
-    limits = [c.resources.limits.get("memory") for c in pod.all_containers()]
-    if limits and all(lim is not None for lim in limits):
-        pod_limit = sum(quantity.bytes_(lim) for lim in limits if lim is not None)
-        if pod_limit > 0 and (size is None or pod_limit <= size):
-            size = pod_limit
-    if volume.size_limit is not None:
-        wanted = quantity.bytes_(volume.size_limit)
-        if wanted > 0 and (size is None or wanted <= size):
-            size = wanted
-    return size
 
 
 async def setup_empty_dir(path: Path, volume: EmptyDirVolumeSource, pod: Pod, allocatable_memory: int) -> bool:
@@ -76,140 +48,14 @@ async def setup_empty_dir(path: Path, volume: EmptyDirVolumeSource, pod: Pod, al
 
 def check_host_path(volume: HostPathVolumeSource) -> None:
     """checkType: create for the *OrCreate types, then require the kind of file the type names,
-    with the kubelet's messages."""
-    path = Path(volume.path)
-    kind = volume.type
-    if kind == "":
-        return  # no check: whatever is (or is not) there is mounted
-    if kind == "DirectoryOrCreate" and not path.exists():
-        path.mkdir(mode=0o755, parents=True, exist_ok=True)
-        return
-    if kind == "FileOrCreate" and not path.exists():
-        try:
-            path.touch(mode=0o644)  # the parent directory is not created, as in the kubelet
-        except OSError as exc:
-            raise SetupError(f"hostPath type check failed: {path}: {exc.strerror}") from None
-        return
-    checks = {
-        "DirectoryOrCreate": (stat.S_ISDIR, "a directory"),
-        "Directory": (stat.S_ISDIR, "a directory"),
-        "FileOrCreate": (stat.S_ISREG, "a file"),
-        "File": (stat.S_ISREG, "a file"),
-        "Socket": (stat.S_ISSOCK, "a socket file"),
-        "CharDevice": (stat.S_ISCHR, "a character device"),
-        "BlockDevice": (stat.S_ISBLK, "a block device"),
-    }
-    test, what = checks[kind]
+    with the kubelet's messages. Checked on an opened descriptor (nodeagent/volumebind.py),
+    which every container start opens, checks and mounts again."""
     try:
-        mode = path.stat().st_mode
-    except OSError:
-        mode = 0
-    if not test(mode):
-        raise SetupError(f"hostPath type check failed: {path} is not {what}")
+        volumebind.check_host_path(volume.path, volume.type)
+    except volumebind.HostPathTypeError as exc:
+        raise SetupError(str(exc)) from None
 
 
 # --- downwardAPI ---------------------------------------------------------------------------
 
 
-def downward_payload(volume: DownwardAPIVolumeSource, pod: Pod, facts: PodFacts) -> dict[str, tuple[str, int]]:
-    """Relative path → (content, mode) for every item."""
-    payload: dict[str, tuple[str, int]] = {}
-    default_container: Container = pod.all_containers()[0]
-    for item in volume.items:
-        mode = item.mode if item.mode is not None else volume.default_mode
-        if item.field_ref is not None:
-            content = metadata_value(pod, item.field_ref.field_path)
-        elif item.resource_field_ref is not None:
-            content = resource_value(pod, default_container, item.resource_field_ref, facts)
-        else:
-            raise FieldError(f"downwardAPI item {item.path!r} names neither fieldRef nor resourceFieldRef")
-        payload[item.path] = (content, mode)
-    return payload
-
-
-def _validate(rel: str) -> None:
-    parts = rel.split("/")
-    if rel.startswith("/") or ".." in parts or any(p.startswith("..") for p in parts):
-        raise SetupError(f"invalid downwardAPI item path {rel!r}")
-
-
-Content = str | bytes
-"""File content: text (downward API values) or bytes (configMap binaryData, secrets)."""
-
-
-def _current_payload(target: Path) -> dict[str, tuple[bytes, int, int]] | None:
-    """Relative path → (content, mode, gid) of the files ``..data`` shows now."""
-    data = target / DATA_DIR
-    if not data.is_dir():
-        return None
-    found: dict[str, tuple[bytes, int, int]] = {}
-    for file in data.rglob("*"):
-        if file.is_file():
-            info = file.stat()
-            found[str(file.relative_to(data))] = (file.read_bytes(), stat.S_IMODE(info.st_mode), info.st_gid)
-    return found
-
-
-def _as_bytes(content: Content) -> bytes:
-    return content.encode() if isinstance(content, str) else content
-
-
-def write_atomically(target: Path, payload: Mapping[str, tuple[Content, int]], fs_group: int | None = None) -> bool:
-    """The kubelet's atomic writer: the payload goes into a fresh ``..<timestamp>`` directory,
-    ``..data`` is switched to it with one rename, and each top-level name is a symlink through
-    ``..data``; a reader never sees half an update. Returns whether anything changed.
-
-    With ``fs_group`` the whole volume is given to that group (read-only mask) after the new
-    payload is written and before it becomes visible, as the kubelet's configMap, secret,
-    projected and downwardAPI plugins do through the writer's setPerms hook."""
-    for rel in payload:
-        _validate(rel)
-    target.mkdir(parents=True, exist_ok=True)
-    wanted_files = {
-        rel: (_as_bytes(content),
-              ownership.owned_mode(mode, read_only=True) if fs_group is not None else stat.S_IMODE(mode))
-        for rel, (content, mode) in payload.items()}
-    current = _current_payload(target)
-    if current is not None and {rel: (c, m) for rel, (c, m, _) in current.items()} == wanted_files \
-            and (fs_group is None or all(gid == fs_group for _, _, gid in current.values())):
-        return False
-    stamp = time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime()) + f"{time.time_ns() % 10**9:09d}"
-    fresh = target / stamp
-    fresh.mkdir(mode=0o755)
-    os.chmod(fresh, 0o755)  # others must reach the files whatever the agent's umask
-    for rel, (content, mode) in payload.items():
-        file = fresh / rel
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_bytes(_as_bytes(content))
-        os.chmod(file, mode)
-    if fs_group is not None:
-        ownership.set_volume_ownership(target, fs_group, read_only=True)
-    old = os.readlink(target / DATA_DIR) if (target / DATA_DIR).is_symlink() else None
-    tmp_link = target / DATA_DIR_TMP
-    if tmp_link.is_symlink() or tmp_link.exists():
-        tmp_link.unlink()
-    tmp_link.symlink_to(stamp)
-    os.replace(tmp_link, target / DATA_DIR)
-    wanted = {rel.split("/", 1)[0] for rel in payload}
-    for name in wanted:
-        link = target / name
-        if not link.is_symlink():
-            link.symlink_to(f"{DATA_DIR}/{name}")
-    for entry in target.iterdir():
-        # User-visible names the new payload no longer has, and the previous payload.
-        if entry.name.startswith("..") or entry.name in wanted:
-            continue
-        if entry.is_symlink():
-            entry.unlink()
-    if old and old != stamp:
-        _remove_tree(target / old)
-    return True
-
-
-def _remove_tree(path: Path) -> None:
-    for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if child.is_dir() and not child.is_symlink():
-            child.rmdir()
-        else:
-            child.unlink()
-    path.rmdir()

@@ -1,0 +1,92 @@
+"""A container's volumeMounts to CRI mounts (kubelet_pods.go makeMounts): the volume's host
+path, or — for a subPath, or a hostPath with a type — what the runtime stage binds safely at
+each container start (nodeagent/volumebind.py), readOnly, and mount propagation."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cri import types as t
+from nodeagent.additions import VolumeBind
+from nodeagent.model import Container, VolumeMount
+from nodeagent.kube.env import expand
+
+_PROPAGATION = {
+    None: t.MountPropagation.PROPAGATION_PRIVATE,
+    "None": t.MountPropagation.PROPAGATION_PRIVATE,
+    "HostToContainer": t.MountPropagation.PROPAGATION_HOST_TO_CONTAINER,
+    "Bidirectional": t.MountPropagation.PROPAGATION_BIDIRECTIONAL,
+}
+
+
+class MountConfigError(ValueError):
+    """A mount the container cannot get: the kubelet's CreateContainerConfigError."""
+
+
+@dataclass(frozen=True)
+class PreparedVolume:
+    host_path: Path
+    read_only: bool = False
+    """Volumes the kubelet always mounts read-only (downwardAPI)."""
+    host_path_type: str | None = None
+    """A hostPath volume's type ("" for none); None for the volumes under the pod directory."""
+
+
+def sub_path_of(mount: VolumeMount, env: Mapping[str, str]) -> str:
+    """subPath, or subPathExpr expanded against the container's environment
+    (ExpandContainerVolumeMounts: a reference to a missing or empty variable is an error)."""
+    if not mount.sub_path_expr:
+        return mount.sub_path
+    missing: set[str] = set()
+
+    def lookup(name: str) -> str:
+        value = env.get(name, "")
+        if not value:
+            missing.add(name)
+        return value
+
+    expanded = expand(mount.sub_path_expr, lookup)
+    if missing:
+        raise MountConfigError(f"missing value for {', '.join(sorted(missing))}")
+    return expanded
+
+
+def _check_sub_path(sub: str) -> None:
+    """What the spec alone can tell (makeMounts): the rest — symlinks, missing directories — is
+    decided on the volume itself at each container start (nodeagent/volumebind.py)."""
+    if os.path.isabs(sub):
+        raise MountConfigError(f"error SubPath `{sub}` must not be an absolute path")
+    if ".." in sub.split("/"):
+        raise MountConfigError(f"unable to provision SubPath `{sub}`: must not contain '..'")
+
+
+def container_mounts(container: Container, volumes: Mapping[str, PreparedVolume | None],
+                     env: Mapping[str, str]) -> list[t.Mount | VolumeBind]:
+    """``volumes`` maps every volume of the pod to its prepared form, or to None for a volume
+    this caller does not set up (its mounts are skipped: another stage's, or a source nodeagent
+    does not implement and reports unhonoured). A subPath, and a hostPath with a type, become a
+    :class:`VolumeBind` that the runtime stage binds at each start of the container; the rest
+    are mounts by path (directories only the agent writes, or an unchecked hostPath)."""
+    mounts: list[t.Mount | VolumeBind] = []
+    for index, vm in enumerate(container.volume_mounts):
+        if vm.name not in volumes:
+            raise MountConfigError(f"cannot find volume \"{vm.name}\" to mount into container \"{container.name}\"")
+        prepared = volumes[vm.name]
+        if prepared is None:
+            continue
+        sub = sub_path_of(vm, env)
+        if sub:
+            _check_sub_path(sub)
+        readonly = vm.read_only or prepared.read_only
+        propagation = _PROPAGATION[vm.mount_propagation]
+        if sub or prepared.host_path_type:
+            mounts.append(VolumeBind(volume=vm.name, index=index, volume_path=str(prepared.host_path), sub_path=sub,
+                                     host_path_type=prepared.host_path_type, container_path=vm.mount_path,
+                                     readonly=readonly, propagation=propagation))
+            continue
+        mounts.append(t.Mount(container_path=vm.mount_path, host_path=str(prepared.host_path), readonly=readonly,
+                              propagation=propagation))
+    return mounts

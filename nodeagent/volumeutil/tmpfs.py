@@ -1,0 +1,54 @@
+"""tmpfs mounts for memory-backed volumes (emptyDir medium Memory; secret, configMap and projected
+volumes), sized as the kubelet sizes them (setupTmpfs, calculateEmptyDirMemorySize)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from nodeagent import quantity
+from nodeagent.model import EmptyDirVolumeSource, Pod
+from nodeagent.mounttable import is_mount_point
+
+
+class MountError(RuntimeError):
+    pass
+
+
+def tmpfs_size(volume: EmptyDirVolumeSource, pod: Pod, allocatable_memory: int) -> int | None:
+    """calculateEmptyDirMemorySize: the node's allocatable memory, lowered to the pod's memory
+    limit (when every container has one) and to the volume's sizeLimit."""
+    size = allocatable_memory or None
+    limits = [c.resources.limits.get("memory") for c in pod.all_containers()]
+    if limits and all(lim is not None for lim in limits):
+        pod_limit = sum(quantity.bytes_(lim) for lim in limits if lim is not None)
+        if pod_limit > 0 and (size is None or pod_limit <= size):
+            size = pod_limit
+    if volume.size_limit is not None:
+        wanted = quantity.bytes_(volume.size_limit)
+        if wanted > 0 and (size is None or wanted <= size):
+            size = wanted
+    return size
+
+
+async def mount_tmpfs(path: Path, size: int | None, mode: int | None = None) -> None:
+    """``mount -t tmpfs [-o size=N,mode=M] tmpfs PATH`` (setupTmpfs): without a size the
+    kernel's default of half the memory applies; without a mode the root is 1777."""
+    command = ["mount", "-t", "tmpfs"]
+    options = ([f"size={size}"] if size else []) + ([f"mode={mode:o}"] if mode is not None else [])
+    if options:
+        command += ["-o", ",".join(options)]
+    command += ["tmpfs", str(path)]
+    result = await anyio.run_process(command, check=False)
+    if result.returncode != 0:
+        raise MountError(f"mount failed: {' '.join(command)}: {result.stderr.decode(errors='replace').strip()}")
+
+
+async def unmount(path: Path) -> None:
+    result = await anyio.run_process(["umount", str(path)], check=False)
+    if result.returncode != 0 and is_mount_point(path):
+        raise MountError(f"unmount of {path} failed: {result.stderr.decode(errors='replace').strip()}")
+
+
+__all__ = ["MountError", "mount_tmpfs", "tmpfs_size", "unmount"]

@@ -59,6 +59,7 @@ import pytest
 
 from conformance.harness import (
     CANCEL_POINTS,
+    agent_handle,
     MUTATIONS,
     SETUP_PHASES,
     UNDO_PHASES,
@@ -436,9 +437,8 @@ def _by(stage: str) -> Any:
 
 
 def _handle(agent: Any) -> Any:
-    from nodeagent.agent import Handle
-
-    return Handle(agent.runtime, agent.clock, agent.node, agent.config, agent.bus, agent.claims)
+    """An AgentHandle as the agent builds its own (what a factory gets)."""
+    return agent_handle(agent)
 
 
 async def _started_at(harness: Harness, uid: str) -> dict[str, int]:

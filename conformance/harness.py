@@ -182,6 +182,14 @@ class ContractAgent(Agent):
         return pipeline
 
 
+def agent_handle(agent: Agent) -> Handle:
+    """The AgentHandle ``agent`` gives its plugin factories (built the way it builds it)."""
+    fields = {"runtime": agent.runtime, "clock": agent.clock, "node": agent.node, "config": agent.config,
+              "bus": agent.bus, "claims": agent.claims, "objects": getattr(agent, "objects", None)}
+    names = inspect.signature(Handle).parameters
+    return Handle(**{k: v for k, v in fields.items() if k in names})
+
+
 _real_discover = registry.discover
 
 
@@ -651,9 +659,7 @@ def _joined(plugin: str, config: Mapping[str, Any], settings: AgentConfig) -> li
     factory = eps[plugin].load()
     cls = getattr(factory, "stage_class", None)
     if not isinstance(cls, type):
-        agent = Agent(settings, verbose=False)
-        handle = Handle(agent.runtime, agent.clock, agent.node, settings, agent.bus, agent.claims)
-        cls = type(factory(dict(config), handle))
+        cls = type(factory(dict(config), agent_handle(Agent(settings, verbose=False))))
     return sorted(phases_of(cls), key=lambda p: list(Phase).index(p))
 
 
@@ -734,6 +740,7 @@ __all__ = [
     "UNDO_PHASES",
     "UNTIL_TERM",
     "CancelPoint",
+    "agent_handle",
     "ContractAgent",
     "Harness",
     "RuntimeKind",

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import anyio
 
 from cri import RuntimeClient
-from nodeagent.additions import CONTAINER_ADDITIONS, ContainerAdditions
+from nodeagent.additions import ALL_CONTAINERS, ContainerAdditions, PodAdditions
 from nodeagent.registry import Pipeline
 from nodeagent.stages import Phase, Result, Stage, Verdict, phases_of
 
@@ -118,13 +118,30 @@ def _uid_of(args: tuple[Any, ...]) -> str:
     return str(getattr(first, "uid", ""))
 
 
+def _additions_of(ctx: object) -> dict[str, list[str]] | None:
+    """What the pod's stages still add to its containers, from a stage's context (the
+    worker's PodAdditions behind ``ctx.additions``); None when the context has none."""
+    worker = getattr(ctx, "_worker", None)
+    pod_additions = getattr(worker, "additions", None)
+    pod = getattr(ctx, "pod", None)
+    if not isinstance(pod_additions, PodAdditions) or pod is None:
+        return None
+    names = [ALL_CONTAINERS, *(c.name for c in pod.all_containers())]
+    entries = {f"{stage}/{name}": entry for stage in pod_additions.stages() for name in names
+               if (entry := pod_additions.get(stage, name)) is not None}
+    return {key: additions_left({key: entry}).get(key) or ["an entry (empty) not withdrawn"]
+            for key, entry in entries.items()}
+
+
 def additions_left(table: dict[str, ContainerAdditions]) -> dict[str, list[str]]:
-    """Container → what is still contributed to it (empty entries left out)."""
+    """Entry (``stage/container``) → what is still contributed (empty entries left out)."""
     out: dict[str, list[str]] = {}
     for container, entry in table.items():
         parts = []
         if entry.mounts:
             parts.append(f"mounts {[m.container_path for m in entry.mounts]}")
+        if getattr(entry, "binds", None):
+            parts.append(f"binds {[b.container_path for b in entry.binds]}")
         if entry.devices:
             parts.append(f"devices {[d.container_path for d in entry.devices]}")
         if entry.cdi_devices:
@@ -196,9 +213,9 @@ class Recorder:
             record.ended = time.monotonic()
             CALLER.reset(token)
             if phase is Phase.UNPREPARE and args:
-                stash = getattr(args[0], "stash", None)
-                if stash is not None:
-                    self.additions[uid] = additions_left(stash.get(CONTAINER_ADDITIONS, {}))
+                left = _additions_of(args[0])
+                if left is not None:
+                    self.additions[uid] = left
 
     async def _hold_phase(self, record: PhaseCall) -> None:
         for hold in self.holds:

@@ -195,7 +195,7 @@ class TestDraContract(StageContract):
     config: ClassVar[Mapping[str, Any]] = {"pollSeconds": 0.1, "healthCheckSeconds": 1.0}
 
     def manifests(self, harness: Harness) -> list[dict[str, Any]]:
-        from plugins.fakegpu import DRIVER_NAME
+        from drivers.fakegpu import DRIVER_NAME
 
         return [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                  "metadata": {"name": "gpu", "namespace": "conformance"},
@@ -207,7 +207,7 @@ class TestDraContract(StageContract):
     async def environment(self, harness: Harness) -> AsyncIterator[None]:
         import anyio
 
-        from plugins.fakegpu import FakeGpuDriver
+        from drivers.fakegpu import FakeGpuDriver
 
         self.driver = FakeGpuDriver(registry_dir=harness.config.plugins_registry_dir,
                                     plugin_dir=harness.base / "fakegpu", cdi_dir=harness.base / "cdi",

@@ -239,3 +239,17 @@ class TestRequiredLabelContract(StageContract):
 
     def pods(self, harness: Harness) -> list[Pod]:
         return [harness.pod(labels={"team": "storage"}), harness.pod()]  # CONTINUE and REJECT
+
+
+class TestNodeEnvContract(StageContract):
+    """The walkthrough's example (examples/node-env): a prepare stage that gives every container
+    an env var through ``ctx.additions`` and withdraws it; the suite checks nothing of it is left
+    after unprepare."""
+
+    plugin = "nodeenv"
+    runtimes = MEMORY
+    config: ClassVar[Mapping[str, Any]] = {"zone": "eu-1"}
+
+    def pods(self, harness: Harness) -> list[Pod]:
+        return [harness.pod(containers=[_container("a"), _container("b")],
+                            initContainers=[_container("init", ["sh", "-c", "exit 0"])])]

@@ -14,14 +14,18 @@ deadlines, retries and error mapping — talks to it exactly as it talks to cont
 
 What is faithful to containerd (1.6/1.7/2.x CRI, pkg/cri/server), because the agent depends on it:
 
+* **which containerd**: 2.x by default (the runtime nodeagent targets), 1.6 with ``flavour="1.6"``,
+  where they differ: StopPodSandbox and StopContainer of an unknown id succeed on 2.x (NotFound
+  on 1.6); a name already reserved is FailedPrecondition on 2.x (Unknown on 1.6); 2.x adds the
+  ``ContainerdHasNoDeprecationWarnings`` condition; 1.6 answers RuntimeConfig and
+  GetContainerEvents Unimplemented.
 * **ids** are 64 hex digits, found by unique prefix as well; timestamps are nanoseconds.
 * **sandboxes**: RunPodSandbox reserves the name ``<name>_<namespace>_<uid>_<attempt>`` (a second
   sandbox with the same metadata fails: "failed to reserve sandbox name ..."); READY → NOTREADY on
   StopPodSandbox, which kills (SIGKILL) every container of the sandbox; RemovePodSandbox
   force-stops the sandbox and removes its containers; an unknown runtime handler fails; each
   sandbox not in the host network gets a pod IP (10.88.0.0/16); labels, annotations and metadata
-  are echoed. Unknown ids: PodSandboxStatus and StopPodSandbox answer NotFound, RemovePodSandbox
-  succeeds.
+  are echoed. Unknown ids: PodSandboxStatus answers NotFound, RemovePodSandbox succeeds.
 * **containers**: CREATED → RUNNING → EXITED; the name ``<container>_<pod>_<ns>_<uid>_<attempt>``
   is reserved until removal; CreateContainer needs the sandbox and a local image (NotFound
   otherwise); StartContainer only from CREATED, in a READY sandbox, with every mount source
@@ -30,8 +34,8 @@ What is faithful to containerd (1.6/1.7/2.x CRI, pkg/cri/server), because the ag
   StopContainer sends the stop signal (the config's, else the image's STOPSIGNAL, else SIGTERM),
   waits ``timeout`` seconds, then SIGKILLs; a stopped container is no error; RemoveContainer of a
   running container force-stops it first (containerd since 1.5; "is in starting state, can't be
-  removed" during a start); unknown ids: ContainerStatus, StartContainer and StopContainer answer
-  NotFound, RemoveContainer succeeds. Exit code 0 is ``Completed``, others ``Error``, an OOM kill
+  removed" during a start); unknown ids: ContainerStatus and StartContainer answer NotFound,
+  RemoveContainer succeeds. Exit code 0 is ``Completed``, others ``Error``, an OOM kill
   ``OOMKilled`` (137). ContainerStatus reports the image's first tag and repo digest, the full log
   path (the sandbox's log directory + the container's log_path) and the mounts.
 * **processes** are simulated from the command (:mod:`conformance.memruntime.process`), with the
@@ -77,7 +81,7 @@ from conformance.memruntime.faults import Call, Fault, Faults
 from conformance.memruntime.images import Image, make_image, normalise, preloaded
 from conformance.memruntime.objects import Container, Sandbox
 from conformance.memruntime.process import SigtermMode
-from conformance.memruntime.runtime import CriFailure, RuntimeState
+from conformance.memruntime.runtime import CriFailure, Flavour, RuntimeState
 from conformance.memruntime.service import ImageService, RuntimeService, _Calls
 from cri._generated import api_pb2_grpc as api_grpc
 
@@ -93,14 +97,14 @@ class MemoryRuntime:
 
     def __init__(self, root: Path | None = None, *, runtime_name: str = "memory", runtime_version: str = "1.0.0",
                  sigterm: SigtermMode = "pid1", images: Iterable[Image] | None = None,
-                 runtime_config: bool = True, handlers: Iterable[str] = ("runc",)) -> None:
+                 runtime_config: bool = True, handlers: Iterable[str] = ("runc",), flavour: Flavour = "2.x") -> None:
         """``images`` are present at start and pullable (default: devenv's busybox and pause
         names, as the test containerd has them); ``sigterm`` is how processes take SIGTERM
         (``pid1``: as PID 1 of a container; see conformance.memruntime.process)."""
         self._own_root = root is None
         # A unix socket path must stay under 108 bytes: a short directory of our own.
         self.root = Path(tempfile.mkdtemp(prefix="memcri-", dir="/tmp")) if root is None else root
-        self.state = RuntimeState(self.root, sigterm=sigterm, handlers=tuple(handlers))
+        self.state = RuntimeState(self.root, sigterm=sigterm, handlers=tuple(handlers), flavour=flavour)
         self.faults = Faults()
         self.socket = self.root / "cri.sock"
         for image in (list(images) if images is not None else _default_images()):
@@ -202,5 +206,5 @@ class MemoryRuntime:
         return [c for c in self.state.containers.values() if uid is None or c.pod_uid == uid]
 
 
-__all__ = ["Call", "Container", "CriFailure", "Fault", "Faults", "Image", "MemoryRuntime", "Sandbox",
+__all__ = ["Call", "Container", "CriFailure", "Fault", "Faults", "Flavour", "Image", "MemoryRuntime", "Sandbox",
            "SigtermMode", "make_image", "normalise"]

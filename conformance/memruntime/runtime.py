@@ -17,7 +17,7 @@ import os
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
@@ -45,6 +45,7 @@ from conformance.memruntime.process import (
 )
 from cri._generated import api_pb2 as api
 
+Flavour = Literal["2.x", "1.6"]
 START_ERROR_CODE = 128  # containerd's errorStartExitCode
 START_ERROR_REASON = "StartError"
 OOM_REASON = "OOMKilled"
@@ -79,8 +80,10 @@ class RuntimeState:
     """Everything the runtime holds; one per :class:`~conformance.memruntime.MemoryRuntime`."""
 
     def __init__(self, root: Path, *, sigterm: SigtermMode = "pid1", handlers: Sequence[str] = ("runc",),
-                 subnet: str = "10.88.0.0/16") -> None:
+                 subnet: str = "10.88.0.0/16", flavour: Flavour = "2.x") -> None:
         self.root = root
+        self.flavour: Flavour = flavour
+        """Whose answers where containerd 2.x and 1.6 differ (see the package docstring)."""
         self.sigterm: SigtermMode = sigterm
         self.handlers = {"", *handlers}
         self.sandboxes: dict[str, Sandbox] = {}
@@ -110,7 +113,8 @@ class RuntimeState:
     def sandbox(self, sandbox_id: str) -> Sandbox:
         found = self._find(self.sandboxes, sandbox_id)
         if found is None:
-            raise not_found(f'an error occurred when try to find sandbox "{sandbox_id}": not found')
+            which = "" if self.flavour == "2.x" else f' "{sandbox_id}"'
+            raise not_found(f"an error occurred when try to find sandbox{which}: not found")
         return found  # type: ignore[no-any-return]
 
     def container(self, container_id: str) -> Container:
@@ -170,7 +174,10 @@ class RuntimeState:
     def _reserve(self, kind: str, name: str, ident: str) -> None:
         holder = self._names.get(name)
         if holder is not None:
-            raise unknown(f'failed to reserve {kind} name "{name}": name "{name}" is reserved for "{holder}"')
+            message = f'failed to reserve {kind} name "{name}": name "{name}" is reserved for "{holder}"'
+            if self.flavour == "2.x":
+                raise CriFailure(grpc.StatusCode.FAILED_PRECONDITION, message)
+            raise unknown(message)
         self._names[name] = ident
 
     def _release(self, ident: str) -> None:
@@ -198,6 +205,8 @@ class RuntimeState:
         return sandbox
 
     async def stop_pod_sandbox(self, sandbox_id: str) -> None:
+        if self.flavour == "2.x" and self._find(self.sandboxes, sandbox_id) is None:
+            return  # containerd 2.x: stopping what is not there succeeds (1.6: NotFound)
         sandbox = self.sandbox(sandbox_id)
         # containerd stops every container of the sandbox forcibly (timeout 0: SIGKILL).
         for container in [c for c in self.containers.values() if c.sandbox_id == sandbox.id]:
@@ -376,6 +385,8 @@ class RuntimeState:
         return SIGNALS["TERM"]
 
     async def stop_container(self, container_id: str, timeout: int) -> None:
+        if self.flavour == "2.x" and self._find(self.containers, container_id) is None:
+            return  # containerd 2.x: stopping what is not there succeeds (1.6: NotFound)
         container = self.container(container_id)
         process = container.process
         if not container.running or process is None:
@@ -538,4 +549,4 @@ class RuntimeState:
         return {c.image.id for c in self.containers.values()}
 
 
-__all__ = ["CriFailure", "RuntimeState", "not_found", "unknown"]
+__all__ = ["CriFailure", "Flavour", "RuntimeState", "not_found", "unknown"]

@@ -75,8 +75,10 @@ class RuntimeService(api_grpc.RuntimeServiceServicer):
             if not self.network_ready:
                 network.reason = "NetworkPluginNotReady"
                 network.message = "Network plugin returns error: cni plugin not initialized"
-            response = api.StatusResponse(status=api.RuntimeStatus(conditions=[
-                api.RuntimeCondition(type="RuntimeReady", status=True), network]))
+            conditions = [api.RuntimeCondition(type="RuntimeReady", status=True), network]
+            if self._state.flavour == "2.x":
+                conditions.append(api.RuntimeCondition(type="ContainerdHasNoDeprecationWarnings", status=True))
+            response = api.StatusResponse(status=api.RuntimeStatus(conditions=conditions))
             for handler in sorted(self._state.handlers):
                 response.runtime_handlers.add(name=handler)
             if request.verbose:
@@ -85,7 +87,7 @@ class RuntimeService(api_grpc.RuntimeServiceServicer):
 
     async def RuntimeConfig(self, request: api.RuntimeConfigRequest, context: Any) -> api.RuntimeConfigResponse:
         async with self._calls.call("RuntimeConfig", request, context):
-            if not self.runtime_config:
+            if not self.runtime_config or self._state.flavour == "1.6":
                 await context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method RuntimeConfig")
             return api.RuntimeConfigResponse(linux=api.LinuxRuntimeConfiguration(cgroup_driver=api.CGROUPFS))
 
@@ -279,6 +281,8 @@ class RuntimeService(api_grpc.RuntimeServiceServicer):
     async def GetContainerEvents(self, request: api.GetEventsRequest,
                                  context: Any) -> AsyncIterator[api.ContainerEventResponse]:
         async with self._calls.call("GetContainerEvents", request, context):
+            if self._state.flavour == "1.6":
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method GetContainerEvents")
             events = self._state.subscribe()
         try:
             async for event in events:

@@ -127,6 +127,9 @@ class RuntimeUnderTest:
     endpoint: str
     memory: MemoryRuntime | None = None
     """The in-memory runtime itself (fault injection, call log, controls), when it is that one."""
+    cdi_dir: Path | None = None
+    """Where the runtime reads CDI specs (a runtime that resolves CDI itself: containerd 2.x);
+    None: a directory of the harness's own (the agent resolves them)."""
 
     @property
     def pod_cgroups(self) -> bool:
@@ -159,8 +162,8 @@ async def memory_runtime(**options: Any) -> AsyncIterator[RuntimeUnderTest]:
 
 
 def containerd_runtime(containerd: Any) -> RuntimeUnderTest:
-    """The session's containerd (anything with an ``endpoint``)."""
-    return RuntimeUnderTest("containerd", containerd.endpoint)
+    """The session's containerd (anything with an ``endpoint``; its ``cdi_spec_dir`` if it has one)."""
+    return RuntimeUnderTest("containerd", containerd.endpoint, cdi_dir=getattr(containerd, "cdi_spec_dir", None))
 
 
 class ContractAgent(Agent):
@@ -611,7 +614,7 @@ async def open_harness(runtime: RuntimeUnderTest | str, directory: Path, plugin:
         "pod_logs_dir": base / "logs",
         "container_logs_symlink_dir": base / "containers",
         "plugins_registry_dir": base / "registry",
-        "cdi_spec_dirs": [base / "cdi"],
+        "cdi_spec_dirs": [under.cdi_dir or base / "cdi"],
         "healthz_port": 0,
         "cgroups_per_qos": under.pod_cgroups,
         "profile": dict(profile or {}),

@@ -210,7 +210,7 @@ class TestDraContract(StageContract):
         from drivers.fakegpu import FakeGpuDriver
 
         self.driver = FakeGpuDriver(registry_dir=harness.config.plugins_registry_dir,
-                                    plugin_dir=harness.base / "fakegpu", cdi_dir=harness.base / "cdi",
+                                    plugin_dir=harness.base / "fakegpu", cdi_dir=harness.config.cdi_spec_dirs[0],
                                     claims_dir=harness.manifests)
         async with anyio.create_task_group() as tg:
             await tg.start(self.driver.run)

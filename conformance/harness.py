@@ -31,7 +31,9 @@ import time
 from logging import WARNING
 import os
 import shutil
+import subprocess
 import tempfile
+import warnings
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -345,6 +347,18 @@ class Harness:
             await self._stop()
         self.agent, self._stop = None, None
 
+    async def tear_down_all(self, timeout: float = GONE_TIMEOUT) -> None:
+        """Remove every manifest and give the running agent ``timeout`` seconds to tear the pods
+        down (what a failed test left running)."""
+        if self.agent is None or self.agent.dispatcher is None:
+            return
+        for path in self.manifests.iterdir():
+            path.unlink(missing_ok=True)
+        await self.rescan()
+        with anyio.move_on_after(timeout):
+            while self.agent.dispatcher.workers:
+                await anyio.sleep(0.05)
+
     def state(self, pod: Pod | str) -> PodState | None:
         """The pod's lifecycle state in the running agent (None: the agent has no worker for it)."""
         uid = pod if isinstance(pod, str) else pod.uid
@@ -643,13 +657,29 @@ async def open_harness(runtime: RuntimeUnderTest | str, directory: Path, plugin:
                     yield harness
                 finally:
                     with anyio.CancelScope(shield=True), anyio.move_on_after(60):
+                        await harness.tear_down_all()  # the agent undoes what it did (binds, mounts)
                         await harness.stop_agent()
                         for uid in harness.uids:
                             await harness.remove_runtime_objects(uid)
                     tg.cancel_scope.cancel()
     finally:
         structlog.configure(**logging)
-        shutil.rmtree(base, ignore_errors=True)
+        remove_tree(base)
+
+
+def remove_tree(base: Path) -> None:
+    """Remove the harness's directory — never through a mount point. A bind mount the agent left
+    under a pod directory (a hostPath volume of /tmp) would make a plain rmtree delete the host's
+    own files through it. Mounts under ``base`` are detached first (they can only be this
+    harness's agents' own); if any stays, the directory is kept and said so."""
+    for point in sorted(mounts_under(base), key=lambda p: len(p.parts)):
+        if mounts_under(point):  # not detached yet with a parent
+            subprocess.run(["umount", "-l", str(point)], check=False, capture_output=True)
+    left = mounts_under(base)
+    if left:
+        warnings.warn(f"{base} kept: still mounted under it: {[str(p) for p in left[:5]]}", stacklevel=2)
+        return
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def _joined(plugin: str, config: Mapping[str, Any], settings: AgentConfig) -> list[Phase]:
@@ -757,4 +787,5 @@ __all__ = [
     "objects_with",
     "open_harness",
     "remove_objects",
+    "remove_tree",
 ]

@@ -269,9 +269,11 @@ class Relister:
                     ip = await self._sandbox_ip(sb.id)
                 sb_records.append(replace(sb, pod_ip=ip))
             pod = PodRuntime(uid=uid, name=name, namespace=ns, sandboxes=tuple(sb_records), containers=conts,
-                             seen_at=listed_at, labels=labels, annotations=annotations)
+                             seen_at=listed_at, changed_at=listed_at, labels=labels, annotations=annotations)
             if old_pod is None or old_pod.sandboxes != pod.sandboxes or old_pod.containers != pod.containers:
                 changed_pods.add(uid)
+            else:
+                pod = replace(pod, changed_at=old_pod.changed_at)
             new_pods[uid] = pod
         changed_pods |= set(self._pods) - set(new_pods)
         self._pods = new_pods

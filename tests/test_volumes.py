@@ -263,7 +263,9 @@ class TestVolumesContract(StageContract):
         data["spec"]["volumes"] = [
             {"name": "scratch", "emptyDir": {}}, {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
             {"name": "info", "downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
-            {"name": "host", "hostPath": {"path": "/tmp", "type": "Directory"}}]
+            # A directory of the harness's own: a bind of /tmp, which holds the agent's rootDir, would
+            # show every pod's mounts inside this one's (and block their removal).
+            {"name": "host", "hostPath": {"path": str(harness.base / "host"), "type": "DirectoryOrCreate"}}]
         return [base, Pod.model_validate(data)]
 
 

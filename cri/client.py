@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, overload
 
@@ -112,6 +112,8 @@ class RuntimeClient:
         self._channel: aio.Channel | None = None
         self._stubs: dict[str, Any] = {}
         self._version_stale = False
+        self.observer: Callable[[str, float, bool], None] | None = None
+        """Told of every unary call: (CRI method, seconds, failed)."""
 
     # ------------------------------------------------------------ lifecycle
 
@@ -221,18 +223,33 @@ class RuntimeClient:
             self._version_stale = True
         while True:
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            begin = time.monotonic()
             try:
                 async with self._boundary(method):
                     response: M = await stub(request, timeout=remaining, wait_for_ready=read)
+                self._observe(method, begin, False)
                 break
             except errors.Unavailable:
+                self._observe(method, begin, True)
                 if not read or (deadline is not None and deadline - time.monotonic() <= delay):
                     raise
                 await anyio.sleep(delay)
                 delay = min(delay * 2, _RETRY_MAX_DELAY)
+            except errors.CriError:
+                self._observe(method, begin, True)
+                raise
         if self._version_stale and method != "Version":
             await self._recheck_version()
         return response
+
+    def _observe(self, method: str, begin: float, error: bool) -> None:
+        """Every call, for the kubelet_runtime_operations_* metrics (the kubelet's instrumented
+        runtime service); an observer that fails never fails the call."""
+        if self.observer is not None:
+            try:
+                self.observer(method, time.monotonic() - begin, error)
+            except Exception:  # noqa: BLE001 - metrics are best effort
+                pass
 
     async def _recheck_version(self) -> None:
         self._version_stale = False  # one re-check at a time, not one per concurrent call

@@ -34,6 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from nodeagent.duration import Duration
 from nodeagent.kubeletconfig import defaults as kdefaults
 from nodeagent.kubeletconfig import support
 from nodeagent.kubeletconfig.decode import DecodeError, check, load_yaml, resolve_paths
@@ -76,6 +77,9 @@ class KubeletFlagsSection(BaseModel):
     cert_dir: Path | None = None
     root_dir: Path | None = None
     node_labels: dict[str, str] | None = None
+    minimum_container_ttl_duration: Duration | None = None
+    maximum_dead_containers_per_container: int | None = None
+    maximum_dead_containers: int | None = None
 
 
 class NodeAgentConfiguration(BaseModel):
@@ -94,6 +98,10 @@ class NodeAgentConfiguration(BaseModel):
     plugins_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
     """Where kubelet plugins (DRA drivers) put their registration sockets: the kubelet's path
     (``<rootDir>/plugins_registry`` with its default root), watched by the core."""
+    evented_relist_period: Duration = Field(default=1.0, gt=0)
+    """Seconds between full relists of the runtime while it streams container events (each
+    event triggers a relist; this is the safety net). Without the stream, and while it is
+    broken, the relist runs every second, as the kubelet's. Not a kubelet field."""
     kubelet_flags: KubeletFlagsSection = Field(default_factory=lambda: KubeletFlagsSection())
 
     @field_validator("profile")
@@ -116,10 +124,19 @@ _FLAG_NAMES = {  # legacy name -> KubeletFlags field
     "kubeconfig": "kubeconfig", "bootstrap_kubeconfig": "bootstrap_kubeconfig",
     "bootstrapKubeconfig": "bootstrap_kubeconfig", "root_dir": "root_dir", "rootDir": "root_dir",
     "cert_dir": "cert_dir", "certDir": "cert_dir", "node_labels": "node_labels", "nodeLabels": "node_labels",
+    **{name: name for name in ("minimum_container_ttl_duration", "maximum_dead_containers_per_container",
+                               "maximum_dead_containers")},
+    "minimumContainerTTLDuration": "minimum_container_ttl_duration",
+    "maximumDeadContainersPerContainer": "maximum_dead_containers_per_container",
+    "maximumDeadContainers": "maximum_dead_containers",
 }
+HOISTED_FROM_PLUGINS = ("eviction", "gc", "shutdown")
+"""Plugins whose sections held KubeletConfiguration fields (and the container GC flags) in
+the earlier format: there those names go to the KubeletConfiguration (and KubeletFlags)."""
 _AGENT_NAMES = {"profile": "profile", "plugins": "plugins", "log_format": "log_format", "logFormat": "log_format",
                 "trace_file": "trace_file", "traceFile": "trace_file",
-                "plugins_registry_dir": "plugins_registry_dir", "pluginsRegistryDir": "plugins_registry_dir"}
+                "plugins_registry_dir": "plugins_registry_dir", "pluginsRegistryDir": "plugins_registry_dir",
+                "evented_relist_period": "evented_relist_period", "eventedRelistPeriod": "evented_relist_period"}
 MOVED_TO_PLUGINS = {  # legacy name -> (plugin, its field)
     "container_logs_symlink_dir": ("logs", "containerLogsSymlinkDir"),
     "containerLogsSymlinkDir": ("logs", "containerLogsSymlinkDir"),
@@ -158,6 +175,26 @@ def _merge(model: type[BaseModel], base: dict[str, Any], changes: Mapping[str, A
     return out
 
 
+def _hoist(plugins: Mapping[str, Any], kubelet: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """The plugin sections without the kubelet's names the node-level managers took in the
+    earlier format; those go into ``kubelet`` and ``flags`` (unless given there too)."""
+    out = {}
+    for name, section in plugins.items():
+        if name not in HOISTED_FROM_PLUGINS or not isinstance(section, Mapping):
+            out[name] = section
+            continue
+        own = {}
+        for key, value in section.items():
+            if key in _FLAG_NAMES and key not in ("node_name", "nodeName"):
+                flags.setdefault(_FLAG_NAMES[key], value)
+            elif key in _KUBELET_NAMES:
+                kubelet.setdefault(key, value)
+            else:
+                own[key] = value
+        out[name] = own
+    return out
+
+
 def split_legacy(flat: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(kubelet fields, KubeletFlags fields, NodeAgentConfiguration fields) of a flat mapping in
     nodeagent's earlier format. Names nobody knows stay with the kubelet part, whose model
@@ -167,6 +204,8 @@ def split_legacy(flat: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     agent: dict[str, Any] = {}
     moved: dict[str, dict[str, Any]] = {}
     for key, value in flat.items():
+        if key in ("plugins",) and isinstance(value, Mapping):
+            value = _hoist(value, kubelet, flags)
         if key in _FLAG_NAMES:
             flags[_FLAG_NAMES[key]] = value
         elif key in _AGENT_NAMES:
@@ -174,6 +213,9 @@ def split_legacy(flat: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         elif key in MOVED_TO_PLUGINS:
             plugin, name = MOVED_TO_PLUGINS[key]
             moved.setdefault(plugin, {})[name] = _json_ready(value)
+            if plugin == "logs":
+                # The gc stage removes the dangling links of the same directory.
+                moved.setdefault("gc", {})[name] = _json_ready(value)
         else:
             kubelet[key] = value
     if moved:
@@ -303,7 +345,7 @@ class AgentConfig(BaseModel):
 
     def node_config(self) -> NodeConfig:
         """The read-only node configuration stages get (handle.settings, ctx.settings)."""
-        return NodeConfig.of(self.kubelet, root_dir=self.root_dir, node_name=self.node_name)
+        return NodeConfig.of(self.kubelet, root_dir=self.root_dir, node_name=self.node_name, flags=self.flags)
 
 
 def node_name(override: str) -> str:
@@ -445,6 +487,13 @@ def _flags(command: CommandLine, agent: NodeAgentConfiguration, sources: Sources
     return KubeletFlags(**merged)
 
 
+def load(path: Path | None) -> AgentConfig:
+    """The configuration ``nodeagent run --config PATH`` reads, without further flags."""
+    from nodeagent.kubeletconfig.flags import parse
+
+    return build(parse([], defaults={"root_dir": DEFAULT_ROOT_DIR}), read_sources(path, None, strict_config=False))
+
+
 def flag_names(fields: Sequence[str]) -> dict[str, str]:
     """``--static-pod-path`` style flag for each camelCase field."""
     out = {}
@@ -455,4 +504,4 @@ def flag_names(fields: Sequence[str]) -> dict[str, str]:
 
 
 __all__ = ["AGENT_API_VERSION", "AGENT_KIND", "AgentConfig", "ConfigError", "NodeAgentConfiguration", "Sources",
-           "build", "node_name", "read_sources", "split_legacy"]
+           "build", "load", "node_name", "read_sources", "split_legacy"]

@@ -109,6 +109,9 @@ class Dispatcher:
         worker = PodWorker(failed.ref, pod, self._services, failed.cause)
         if failed.kill_requested:
             worker.kill(failed.kill_grace, failed.cause, forget=failed.forget_requested)
+        elif failed.eviction is not None:
+            # Failed by the node: it must not run again; the status keeps the failure.
+            worker.kill(failed.eviction.grace_seconds, failed.cause, forget=False)
         log.warning("pod worker restarted after a failure", pod=str(failed.ref), uid=failed.ref.uid)
         self._spawn(worker)
 

@@ -42,8 +42,18 @@ def validate_section(name: str, model: type[BaseModel], section: Any) -> BaseMod
         lines = [f"invalid configuration for plugin {name!r}:"]
         for err in exc.errors():
             where = ".".join(str(p) for p in ("plugins", name, *err["loc"]))
-            lines.append(f"  {where}: {err['msg']}")
+            message = err["msg"]
+            if err["type"] == "extra_forbidden" and len(err["loc"]) == 1 and _kubelet_field(str(err["loc"][0])):
+                # nodeagent's earlier format took eviction/gc/shutdown's kubelet fields here.
+                message = "a KubeletConfiguration field: set it at the top level of the KubeletConfiguration"
+            lines.append(f"  {where}: {message}")
         raise ValueError("\n".join(lines)) from None
+
+
+def _kubelet_field(key: str) -> bool:
+    from nodeagent.kubeletconfig.schema import KubeletConfiguration
+
+    return any(key == field.alias for field in KubeletConfiguration.model_fields.values())
 
 
 def _type_name(annotation: Any) -> str:

@@ -60,3 +60,26 @@ def bytes_(value: str | float) -> int:
 
 def base_units(resource: str, value: str | float) -> int:
     return milli_cpu(value) if resource == "cpu" else bytes_(value)
+
+
+_BINARY = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL = ("", "k", "M", "G", "T", "P", "E")
+
+
+def format_int(value: int, binary: bool = True) -> str:
+    """An integer as Go's ``resource.Quantity.String()`` writes it (BinarySI: ``81420Ki``,
+    ``100Mi``, ``1536``; DecimalSI: ``5k``, ``1500``): the largest suffix that leaves a whole
+    number, none when no suffix does. What the kubelet's messages show of bytes and counts."""
+    base, names = (1024, _BINARY) if binary else (1000, _DECIMAL)
+    sign, value = ("-", -value) if value < 0 else ("", value)
+    index = 0
+    while value and value % base == 0 and index < len(names) - 1:
+        value //= base
+        index += 1
+    return f"{sign}{value}{names[index]}"
+
+
+def is_binary(value: str) -> bool:
+    """Whether a quantity is written with a binary suffix (Ki, Mi, ...): Go keeps that format."""
+    m = _RE.match(value.strip())
+    return m is not None and m.group(2).endswith("i")

@@ -455,7 +455,7 @@ class Fuzzer:
             self.recent.append((f"fz{self.counter}", case))
             path = env.manifests / filename
             try:
-                pods, _ = parse_documents(path, text, env.node, 0.0)
+                pods, _ = parse_documents(path, text, env.node, 0.0, env.agent.objects)
                 expected: list[str] | None = [p["metadata"]["uid"] for p in pods]
             except ManifestError as exc:
                 assert SECRET not in str(exc), f"the error quotes a secret: {case.steps}"
@@ -591,7 +591,7 @@ def held(env: AgentEnv) -> dict[str, int]:
     agent = env.agent
     return {
         "trace pods (a ring of 2000)": len(agent.trace._pods),
-        "trace events": sum(len(d) for d in agent.trace._pods.values()),
+        "trace events": sum(len(d.entries) for d in agent.trace._pods.values()),
         "trace names": len(agent.trace._names),
         "status records": len(agent.status.all()),
         "workers": len(agent.dispatcher.workers) if agent.dispatcher else 0,

@@ -264,11 +264,11 @@ def test_the_kubelet_entry_point_fails_as_the_kubelet_does(tmp_path: Path) -> No
 def test_only_fields_off_their_default_are_reported(tmp_path: Path) -> None:
     plain = _write(tmp_path / "plain.yaml", HEADER + "failSwapOn: true\ncgroupDriver: cgroupfs\n")
     assert _load([f"--config={plain}"]).unsupported_fields() == {}
-    odd = _write(tmp_path / "odd.yaml", HEADER + "cgroupDriver: systemd\nimageGCHighThresholdPercent: 90\n"
-                 "failSwapOn: false\nmaxPods: 30\n")
-    # failSwapOn: false is what nodeagent does anyway; maxPods is honoured.
+    odd = _write(tmp_path / "odd.yaml", HEADER + "cgroupDriver: systemd\nregistryPullQPS: 10\n"
+                 "failSwapOn: false\nmaxPods: 30\nimageGCHighThresholdPercent: 90\n")
+    # failSwapOn: false is what nodeagent does anyway; maxPods and imageGC* (the gc stage) are honoured.
     assert _load([f"--config={odd}"]).unsupported_fields() == {"cgroupDriver": "systemd",
-                                                               "imageGCHighThresholdPercent": 90}
+                                                               "registryPullQPS": 10}
 
 
 def test_config_explain_shows_each_fields_source_and_what_nodeagent_does(tmp_path: Path) -> None:
@@ -340,7 +340,8 @@ def test_plugin_sections_are_validated_by_the_plugins_model(tmp_path: Path) -> N
     assert "volumes (NoConfig):" in listing and "This plugin takes no configuration of its own." in listing
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/PLUGINS.md", "docs/DRA.md", "examples/required-label/README.md"])
+@pytest.mark.parametrize("doc", ["README.md", "docs/PLUGINS.md", "docs/DRA.md", "docs/NODE.md",
+                                 "examples/required-label/README.md"])
 def test_the_configurations_the_docs_show_load(doc: str, tmp_path: Path) -> None:
     from nodeagent.registry import configuration, discover
 
@@ -375,3 +376,83 @@ def test_honoured_fields_reach_what_uses_them(tmp_path: Path) -> None:
     handle = SimpleNamespace(settings=config.node_config())
     assert apivolumes(Settings(), handle)._resync == 30.0  # type: ignore[arg-type]
     assert apivolumes(Settings(resync_seconds=5), handle)._resync == 5.0  # type: ignore[arg-type]
+
+
+def _stages(config: AgentConfig) -> dict[str, object]:
+    """The stages the agent builds from ``config`` (factories do no I/O)."""
+    from nodeagent.agent import Agent
+
+    return dict(Agent(config, verbose=False).load_pipeline().stages)
+
+
+def test_the_node_managers_read_the_kubelets_fields_at_the_top_level(tmp_path: Path) -> None:
+    """eviction, gc and shutdown act on the KubeletConfiguration's own fields (and the kubelet's
+    container GC flags); their plugin sections hold only nodeagent's knobs."""
+    from nodeagent.agent import node_allocatable
+
+    both = _write(tmp_path / "node.yaml", HEADER +
+                  "evictionHard: {memory.available: 1Gi}\nmergeDefaultEvictionSettings: true\n"
+                  "evictionSoft: {nodefs.available: 20%}\nevictionSoftGracePeriod: {nodefs.available: 1m30s}\n"
+                  "evictionPressureTransitionPeriod: 30s\nevictionMaxPodGracePeriod: 7\n"
+                  "localStorageCapacityIsolation: false\n"
+                  "imageGCHighThresholdPercent: 70\nimageGCLowThresholdPercent: 60\nimageMinimumGCAge: 5m\n"
+                  "imageMaximumGCAge: 48h\nshutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n"
+                  "volumeStatsAggPeriod: 15s\ncgroupsPerQOS: false\nenforceNodeAllocatable: []\nenableServer: false\n"
+                  "---\napiVersion: nodeagent.io/v1alpha1\nkind: NodeAgentConfiguration\neventedRelistPeriod: 3s\n"
+                  "plugins:\n  eviction: {evictionMonitoringPeriod: 2s}\n  gc: {imageGCPeriod: 1m}\n"
+                  "  shutdown: {shutdownTrigger: request-file}\n")
+    config = build(flags.parse(["--maximum-dead-containers-per-container=3", "--minimum-container-ttl-duration=1m"]),
+                   read_sources(both, None, strict_config=False))
+    stages = _stages(config.replace(root_dir=tmp_path))
+    eviction = stages["eviction"].config  # type: ignore[attr-defined]
+    assert eviction.hard() == {**defaults.DEFAULT_EVICTION_HARD, "memory.available": "1Gi"}
+    assert (eviction.eviction_soft, eviction.eviction_soft_grace_period) == ({"nodefs.available": "20%"},
+                                                                             {"nodefs.available": "1m30s"})
+    assert (eviction.eviction_pressure_transition_period, eviction.eviction_max_pod_grace_period) == (30.0, 7)
+    assert (eviction.local_storage_capacity_isolation, eviction.eviction_monitoring_period) == (False, 2.0)
+    gc = stages["gc"].config  # type: ignore[attr-defined]
+    assert (gc.image_gc_high_threshold_percent, gc.image_gc_low_threshold_percent) == (70, 60)
+    assert (gc.image_minimum_gc_age, gc.image_maximum_gc_age, gc.image_gc_period) == (300.0, 172800.0, 60.0)
+    assert (gc.maximum_dead_containers_per_container, gc.minimum_container_ttl_duration) == (3, 60.0)
+    shutdown = stages["shutdown"].config  # type: ignore[attr-defined]
+    assert [(g.priority, g.shutdown_grace_period_seconds) for g in shutdown.groups()] == [(0, 20),
+                                                                                          (2_000_000_000, 10)]
+    assert shutdown.shutdown_trigger == "request-file"
+    assert (config.kubelet.volume_stats_agg_period, config.kubelet.cgroups_per_qos) == (15.0, False)
+    assert config.agent.evented_relist_period == 3.0
+    # The kubelet keeps evictionHard's memory.available out of allocatable (1Gi here, not 100Mi).
+    default = node_allocatable(AgentConfig())["memory"]
+    assert default - node_allocatable(config)["memory"] == 2**30 - 100 * 2**20
+    # Without a KubeletConfiguration field, the kubelet's defaults.
+    plain = _stages(AgentConfig(root_dir=tmp_path))
+    assert plain["eviction"].config.hard() == defaults.DEFAULT_EVICTION_HARD  # type: ignore[attr-defined]
+    assert plain["gc"].config.image_gc_high_threshold_percent == 85  # type: ignore[attr-defined]
+    assert plain["shutdown"].config.groups() == []  # type: ignore[attr-defined]
+
+
+def test_a_kubelet_field_in_a_plugin_section_is_refused_with_where_it_belongs(tmp_path: Path) -> None:
+    agent = _write(tmp_path / "agent.yaml", "apiVersion: nodeagent.io/v1alpha1\nkind: NodeAgentConfiguration\n"
+                   "plugins:\n  eviction: {evictionHard: {memory.available: 1Gi}}\n")
+    done = subprocess.run([sys.executable, "-m", "nodeagent", "plugins", "--agent-config", str(agent)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2, done
+    assert ("plugins.eviction.evictionHard: a KubeletConfiguration field: set it at the top level of the "
+            "KubeletConfiguration") in done.stderr
+
+
+def test_the_earlier_format_sends_the_node_managers_kubelet_fields_to_the_kubelet_configuration(
+        tmp_path: Path) -> None:
+    """nodeagent's earlier format took them in the plugin sections; they still load, each in its home."""
+    legacy = _write(tmp_path / "agent.yaml", "nodeName: n1\nvolumeStatsAggPeriod: 1s\neventedRelistPeriod: 2s\n"
+                    "plugins:\n  eviction: {evictionMonitoringPeriod: 1s, evictionHard: {memory.available: 0%}}\n"
+                    "  gc: {imageGCHighThresholdPercent: 100, maximumDeadContainersPerContainer: 0, "
+                    "imageGCPeriod: 1s}\n  shutdown: {shutdownGracePeriod: 12s, shutdownTrigger: request-file}\n")
+    config = build(flags.parse([]), read_sources(legacy, None, strict_config=False))
+    assert config.kubelet.eviction_hard == {"memory.available": "0%"}
+    assert (config.kubelet.image_gc_high_threshold_percent, config.kubelet.shutdown_grace_period) == (100, 12.0)
+    assert config.flags.maximum_dead_containers_per_container == 0
+    assert (config.kubelet.volume_stats_agg_period, config.agent.evented_relist_period) == (1.0, 2.0)
+    assert config.plugins == {"eviction": {"evictionMonitoringPeriod": "1s"}, "gc": {"imageGCPeriod": "1s"},
+                              "shutdown": {"shutdownTrigger": "request-file"}}
+    flat = AgentConfig(plugins={"eviction": {"evictionHard": {"memory.available": "0%"}}})
+    assert flat.kubelet.eviction_hard == {"memory.available": "0%"} and flat.plugins == {"eviction": {}}

@@ -58,7 +58,7 @@ class KubeletFlags(BaseModel):
     node_labels: dict[str, str] = Field(default_factory=dict)
     lock_file: str = ""
     exit_on_lock_contention: bool = False
-    minimum_container_ttl_duration: float = 0.0
+    minimum_container_ttl_duration: godur.Duration = 0.0
     maximum_dead_containers_per_container: int = 1
     maximum_dead_containers: int = -1
     experimental_mounter_path: str = ""

@@ -172,7 +172,9 @@ def assemble(*, config_body: Mapping[str, Any] | None = None, config_origin: str
         baseline = defaults.eviction_hard(defaults.apply(KubeletConfiguration()))
         _note(origins, config_body, Origin("file", config_origin))
     elif own_format:
-        baseline = current = defaults.eviction_hard(current)
+        # evictionHard's defaults only where nodeagent's format names none (below): set there, it
+        # replaces them, as in a kubelet file, rather than being merged into them.
+        baseline = defaults.eviction_hard(current)
     skipped: list[Path] = []
     if config_dir is not None:
         files, skipped = dropin_files(config_dir)
@@ -187,6 +189,8 @@ def assemble(*, config_body: Mapping[str, Any] | None = None, config_origin: str
         merged = merge_patch(current.to_json(), dict(own))
         current = defaults.apply(_validated(merged, own_origin or "the agent configuration"), own_format=own_format)
         _note(origins, own, Origin("agent-config", own_origin))
+    if config_body is None and own_format:
+        current = defaults.eviction_hard(current)
     if flag_config:
         data = current.to_json()
         for key, value in flag_config.items():

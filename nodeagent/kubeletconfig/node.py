@@ -1,5 +1,6 @@
-"""The node configuration stages read: the effective KubeletConfiguration, read-only, with the
-two things about the node it does not hold (its name and the kubelet's root directory).
+"""The node configuration stages read: the effective KubeletConfiguration, read-only, with what
+of the node it does not hold (its name, the kubelet's root directory and the container GC
+policy, which the kubelet takes from deprecated flags only).
 
 Stages get it as ``handle.settings`` and ``ctx.settings``: typed, so a stage reads
 ``settings.cluster_dns`` or ``settings.seccomp_default`` without a default of its own, and
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from pydantic import ConfigDict
 
+from nodeagent.kubeletconfig.flags import KubeletFlags
 from nodeagent.kubeletconfig.schema import KubeletConfiguration
 
 
@@ -22,11 +24,22 @@ class NodeConfig(KubeletConfiguration):
     root_dir: Path = Path("/var/lib/kubelet")
     """The kubelet's ``--root-dir``: pod directories, plugin state, certificates."""
     node_name: str = ""
+    minimum_container_ttl_duration: float = 0.0
+    """``--minimum-container-ttl-duration``: a dead container younger than this is kept."""
+    maximum_dead_containers_per_container: int = 1
+    """``--maximum-dead-containers-per-container`` (negative: no limit)."""
+    maximum_dead_containers: int = -1
+    """``--maximum-dead-containers`` (negative: no limit)."""
 
     @classmethod
-    def of(cls, kubelet: KubeletConfiguration, *, root_dir: Path, node_name: str) -> NodeConfig:
+    def of(cls, kubelet: KubeletConfiguration, *, root_dir: Path, node_name: str,
+           flags: KubeletFlags | None = None) -> NodeConfig:
         values = {name: getattr(kubelet, name) for name in KubeletConfiguration.model_fields}
-        return cls.model_construct(**values, root_dir=root_dir, node_name=node_name)
+        gc = {} if flags is None else {
+            "minimum_container_ttl_duration": flags.minimum_container_ttl_duration,
+            "maximum_dead_containers_per_container": flags.maximum_dead_containers_per_container,
+            "maximum_dead_containers": flags.maximum_dead_containers}
+        return cls.model_construct(**values, root_dir=root_dir, node_name=node_name, **gc)
 
     @property
     def cluster_dns_servers(self) -> list[str]:

@@ -46,10 +46,9 @@ def _u(note: str, behaves_as: Any = _NOTHING) -> Support:
 
 _NO_CLOUD = "nodeagent has no cloud provider integration"
 _NO_CM = "nodeagent has no CPU, memory or topology manager: containers get CFS shares and quota only"
-_NO_EVICTION = ("nodeagent does not evict pods; MemoryPressure and DiskPressure use the default hard thresholds, "
-                "and allocatable subtracts memory.available 100Mi")
-_NO_GC = "nodeagent does not garbage-collect images"
-_NO_SHUTDOWN = "nodeagent has no graceful node shutdown (stopping the agent leaves pods running)"
+_EVICTION = "the eviction stage (plugins/eviction, docs/NODE.md)"
+_GC = "the gc stage (plugins/gc, docs/NODE.md)"
+_SHUTDOWN = "the shutdown stage (plugins/shutdown: systemd-logind or nodeagent shutdown, docs/NODE.md)"
 
 FIELDS: Mapping[str, Support] = {
     "enableServer": _h("the kubelet API (nodeagent/kubeletserver)"),
@@ -90,15 +89,15 @@ FIELDS: Mapping[str, Support] = {
     "nodeStatusUpdateFrequency": _h(),
     "nodeStatusReportFrequency": _h(),
     "nodeLeaseDurationSeconds": _h(),
-    "imageMinimumGCAge": _u(_NO_GC),
-    "imageMaximumGCAge": _u(_NO_GC),
-    "imageGCHighThresholdPercent": _u(_NO_GC),
-    "imageGCLowThresholdPercent": _u(_NO_GC),
-    "volumeStatsAggPeriod": _u("volume usage is measured every 60s"),
+    "imageMinimumGCAge": _h(_GC),
+    "imageMaximumGCAge": _h(_GC),
+    "imageGCHighThresholdPercent": _h(_GC),
+    "imageGCLowThresholdPercent": _h(_GC),
+    "volumeStatsAggPeriod": _h("how often the usage collector walks volumes and logs (negative: never)"),
     "kubeletCgroups": _u("the agent runs in the cgroup it was started in"),
     "systemCgroups": _u("system processes are not moved"),
     "cgroupRoot": _u("pod cgroups live under /nodeagent-pods"),
-    "cgroupsPerQOS": _u("pod cgroups are always made, under /nodeagent-pods/<qos>", True),
+    "cgroupsPerQOS": _h("pod cgroups under /nodeagent-pods/<qos> (false: none, the runtime places sandboxes)"),
     "cgroupDriver": _u("pod cgroups use the cgroupfs layout; the runtime must be configured for cgroupfs",
                        "cgroupfs"),
     "cpuManagerPolicy": _u(_NO_CM),
@@ -126,13 +125,13 @@ FIELDS: Mapping[str, Support] = {
     "kubeAPIBurst": _h(),
     "serializeImagePulls": _u("pods pull their images concurrently", False),
     "maxParallelImagePulls": _u("pods pull their images concurrently"),
-    "evictionHard": _u(_NO_EVICTION),
-    "evictionSoft": _u(_NO_EVICTION),
-    "evictionSoftGracePeriod": _u(_NO_EVICTION),
-    "evictionPressureTransitionPeriod": _u(_NO_EVICTION),
-    "evictionMaxPodGracePeriod": _u(_NO_EVICTION),
-    "evictionMinimumReclaim": _u(_NO_EVICTION),
-    "mergeDefaultEvictionSettings": _u(_NO_EVICTION),
+    "evictionHard": _h(_EVICTION + "; its memory.available is also kept out of allocatable"),
+    "evictionSoft": _h(_EVICTION),
+    "evictionSoftGracePeriod": _h(_EVICTION),
+    "evictionPressureTransitionPeriod": _h(_EVICTION),
+    "evictionMaxPodGracePeriod": _h(_EVICTION),
+    "evictionMinimumReclaim": _h(_EVICTION),
+    "mergeDefaultEvictionSettings": _h(_EVICTION),
     "podsPerCore": _h("maxPods is the smaller of maxPods and podsPerCore x cores"),
     "enableControllerAttachDetach": _h("the Node's volumes.kubernetes.io/controller-managed-attach-detach "
                                        "annotation; nodeagent never attaches volumes itself"),
@@ -160,15 +159,15 @@ FIELDS: Mapping[str, Support] = {
     "defaultPodSysctls": _u("pods get only the sysctls they name"),
     "volumePluginDir": _u("no FlexVolume plugins"),
     "providerID": _h("the Node's spec.providerID"),
-    "kernelMemcgNotification": _u(_NO_EVICTION),
+    "kernelMemcgNotification": _u("memory is observed every evictionMonitoringPeriod (no memcg notifications)", False),
     "logging": _u("logs are structlog's console or JSON lines"),
     "logging.format": _h("text: console lines, json: JSON lines (nodeagent's logFormat wins when set)"),
     "logging.verbosity": _h("4 or more also logs every bus fact"),
     "enableSystemLogHandler": _u("no /logs/ endpoint", False),
     "enableSystemLogQuery": _u("no /logs/ endpoint", False),
-    "shutdownGracePeriod": _u(_NO_SHUTDOWN),
-    "shutdownGracePeriodCriticalPods": _u(_NO_SHUTDOWN),
-    "shutdownGracePeriodByPodPriority": _u(_NO_SHUTDOWN),
+    "shutdownGracePeriod": _h(_SHUTDOWN),
+    "shutdownGracePeriodCriticalPods": _h(_SHUTDOWN),
+    "shutdownGracePeriodByPodPriority": _h(_SHUTDOWN),
     "crashLoopBackOff": _h("the longest CrashLoopBackOff delay"),
     "reservedMemory": _u(_NO_CM),
     "enableProfilingHandler": _u("no profiling endpoints", False),
@@ -179,7 +178,7 @@ FIELDS: Mapping[str, Support] = {
     "registerWithTaints": _h(),
     "registerNode": _h(),
     "tracing": _u("no OpenTelemetry export (nodeagent's own trace: nodeagent trace POD)"),
-    "localStorageCapacityIsolation": _u("ephemeral storage is reported but not enforced"),
+    "localStorageCapacityIsolation": _h(_EVICTION + ": emptyDir sizeLimit and ephemeral-storage limits"),
     "containerRuntimeEndpoint": _h(),
     "imageServiceEndpoint": _u("images go through containerRuntimeEndpoint"),
     "failCgroupV1": _u("nodeagent runs on cgroup v1 hosts too", False),

@@ -23,9 +23,9 @@ import anyio
 import structlog
 
 from nodeagent import events as ev
-from nodeagent.claims import ClaimStore, ResourceClaim
+from nodeagent.objects.filestore import FileObjects
 from nodeagent.sources.manifest import MAX_MANIFEST_BYTES, ManifestError
-from nodeagent.sources.staticpod import parse_documents, parse_manifest, static_pod_uid
+from nodeagent.sources.staticpod import FileObject, parse_documents, parse_manifest, static_pod_uid
 
 log = structlog.get_logger("nodeagent.sources.static")
 
@@ -40,7 +40,7 @@ class _FileState:
     signature: tuple[int, int, int]
     pods: list[dict[str, Any]]
     error: str = ""
-    claims: list[ResourceClaim] = field(default_factory=list)
+    objects: list[FileObject] = field(default_factory=list)
 
 
 @dataclass
@@ -50,8 +50,9 @@ class StaticPodSource:
     publish: Callable[[ev.Event], Awaitable[None]]
     full_rescan_seconds: float = 20.0
     poll_seconds: float = POLL_SECONDS
-    claims: ClaimStore | None = None
-    """Where the ResourceClaim manifests of the directory go (for the dra stage)."""
+    objects: FileObjects | None = None
+    """Standalone: where the object documents of the directory go (ResourceClaims, RuntimeClasses,
+    ... for the stages that read them); None in cluster mode, where objects come from the API."""
     _files: dict[Path, _FileState] = field(default_factory=dict)
     _wanted: dict[str, dict[str, Any]] = field(default_factory=dict)
     _list_failing: bool = False  # the directory could not be listed last time (reported once)
@@ -132,17 +133,17 @@ class StaticPodSource:
             out[Path(entry.path)] = (st.st_mtime_ns, st.st_size, st.st_ino)
         return out
 
-    def _read_and_parse(self, path: Path, size: int) -> tuple[list[dict[str, Any]], list[ResourceClaim]]:
+    def _read_and_parse(self, path: Path, size: int) -> tuple[list[dict[str, Any]], list[FileObject]]:
         """In a worker thread: reading and parsing a large file must not stall the event loop."""
         if size > MAX_MANIFEST_BYTES:
             raise ManifestError("ManifestTooLarge", f"{path}: {size} bytes is over the 10 MiB limit")
         with path.open("rb") as file:
             data = file.read(MAX_MANIFEST_BYTES + 1)  # the file may have grown since its stat
-        return parse_documents(path, data, self.node_name, time.time())
+        return parse_documents(path, data, self.node_name, time.time(), self.objects)
 
     async def _load(self, path: Path, signature: tuple[int, int, int], previous: _FileState | None) -> None:
         try:
-            pods, claims = await anyio.to_thread.run_sync(self._read_and_parse, path, signature[1])
+            pods, objects = await anyio.to_thread.run_sync(self._read_and_parse, path, signature[1])
         except Exception as exc:
             if isinstance(exc, ManifestError):
                 reason, message = exc.reason, str(exc)
@@ -158,14 +159,16 @@ class StaticPodSource:
                 message += " (the last valid version keeps running)"
             log.error("static pod manifest rejected", path=str(path), reason=reason, error=message)
             await self.publish(ev.ManifestRejected(source="sources", path=str(path), reason=reason, message=message))
-            self._files[path] = _FileState(signature, kept, message, previous.claims if previous is not None else [])
+            self._files[path] = _FileState(signature, kept, message, previous.objects if previous is not None else [])
             return
-        self._files[path] = _FileState(signature, pods, claims=claims)
+        self._files[path] = _FileState(signature, pods, objects=objects)
 
     async def _reconcile(self) -> None:
-        if self.claims is not None:
+        if self.objects is not None:
             # Before the pods: a new pod's claims must be there when it is prepared.
-            self.claims.replace("file", [c for _, state in sorted(self._files.items()) for c in state.claims])
+            for kind in self.objects.kinds():
+                self.objects.replace(kind, [obj for _, state in sorted(self._files.items())
+                                            for of_kind, obj in state.objects if of_kind == kind])
         wanted: dict[str, dict[str, Any]] = {}
         names: dict[str, Path] = {}
         for path, state in sorted(self._files.items()):

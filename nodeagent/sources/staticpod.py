@@ -1,5 +1,10 @@
-"""One manifest file → static pods and ResourceClaims: the kubelet's defaults for file pods, the
+"""One manifest file → static pods and objects: the kubelet's defaults for file pods, the
 fields it ignores, and the API server's validation (as tryDecodeSinglePod applies it).
+
+Standalone, the documents beside the pods may also be objects of the kinds the stages read from
+the object store (a ResourceClaim with its allocation, a RuntimeClass, a PodGroup: see
+nodeagent.objects.filestore); each gets the API server's metadata checks and its reader's own
+check, so that a document nobody can read is refused with its file, line and field.
 
 What a static pod ignores (so that a copy of ``kubectl get pod -o yaml`` runs):
 
@@ -27,9 +32,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from nodeagent import labels as L
-from nodeagent.claims import API_VERSIONS as CLAIM_API_VERSIONS
-from nodeagent.claims import ResourceClaim
 from nodeagent.model import Pod
+from nodeagent.objects.filestore import FileObjects
+from nodeagent.objects.kinds import Kind
 from nodeagent.sources import manifest
 from nodeagent.sources.manifest import Document, ManifestError
 from nodeagent.validation import ErrorList, validate_pod_create
@@ -51,14 +56,17 @@ def static_pod_uid(document: dict[str, Any], node_name: str, path: Path) -> str:
     return digest.hexdigest()[:32]
 
 
-def parse_documents(path: Path, text: str | bytes, node_name: str,
-                    seen_at: float) -> tuple[list[dict[str, Any]], list[ResourceClaim]]:
-    """One file's static pods (as dicts ready for PodSpecObserved) and ResourceClaims
-    (standalone DRA: claims with their allocation sit beside the pods that use them); raises
-    ManifestError. Blocking (parsing a large file takes a while): call it from a thread."""
+FileObject = tuple[Kind, dict[str, Any]]
+
+
+def parse_documents(path: Path, text: str | bytes, node_name: str, seen_at: float,
+                    objects: FileObjects | None = None) -> tuple[list[dict[str, Any]], list[FileObject]]:
+    """One file's static pods (as dicts ready for PodSpecObserved) and the objects of the kinds
+    ``objects`` accepts (none without it: cluster mode reads objects from the API server);
+    raises ManifestError. Blocking (parsing a large file takes a while): call it from a thread."""
     documents = manifest.load(text, str(path))
     pods: list[dict[str, Any]] = []
-    claims: list[ResourceClaim] = []
+    found: list[FileObject] = []
     for doc in documents:
         value = doc.value
         where = manifest.describe(str(path), doc.index, doc.position(()))
@@ -66,17 +74,20 @@ def parse_documents(path: Path, text: str | bytes, node_name: str,
             raise ManifestError("ManifestMalformed", f"{where}: a document must be a mapping, not "
                                 f"{manifest.describe_kind(value)}")
         kind, api = value.get("kind"), value.get("apiVersion")
-        if kind == "ResourceClaim" and isinstance(api, str) and api in CLAIM_API_VERSIONS:
-            claims.append(_claim(doc, str(path), node_name, path))
+        object_kind = objects.kind_of(api, kind) if objects is not None else None
+        if object_kind is not None:
+            found.append((object_kind, _object(doc, object_kind, objects, str(path), node_name, path)))  # type: ignore[arg-type]
             continue
         if kind != "Pod" or api not in ("v1", None):
+            others = ", ".join(objects.accepted()) if objects is not None else ""
+            accepted = f"v1 Pod, {others}" if others else "v1 Pod; other objects come from the API server"
             raise ManifestError(
                 "UnsupportedKind",
                 f"{where}: kind {vf.render(kind)} apiVersion {vf.render(api)} is not supported in a static pod "
-                f"directory (only v1 Pod and {', '.join(sorted(CLAIM_API_VERSIONS))} ResourceClaim)",
+                f"directory (accepted: {accepted})",
             )
         pods.append(static_pod(doc, path, node_name, seen_at))
-    return pods, claims
+    return pods, found
 
 
 def parse_manifest(path: Path, text: str | bytes, node_name: str, seen_at: float) -> list[dict[str, Any]]:
@@ -155,21 +166,31 @@ def prune_nulls(value: Any) -> Any:
     return value
 
 
-def _claim(doc: Document, source: str, node_name: str, path: Path) -> ResourceClaim:
+def _object(doc: Document, kind: Kind, objects: FileObjects, source: str, node_name: str,
+            path: Path) -> dict[str, Any]:
+    """An object document: metadata as the API server checks it (a namespaced kind defaulted to
+    "default"), a UID derived from the content when it has none (an edited object is a new one,
+    like a static pod), then the check its reader declared."""
     value: dict[str, Any] = prune_nulls(doc.value)
     errs: ErrorList = []
     metadata = value.get("metadata")
-    if isinstance(metadata, dict) and metadata.get("namespace") in (None, ""):
-        metadata["namespace"] = "default"
+    if isinstance(metadata, dict):
+        for key in SERVER_SET_METADATA:
+            metadata.pop(key, None)
+        if kind.namespaced and metadata.get("namespace") in (None, ""):
+            metadata["namespace"] = "default"
     meta = Obj.of(metadata, vf.ROOT.child("metadata"), errs) or Obj({}, vf.ROOT.child("metadata"), errs)
-    validate_object_meta(meta)
+    validate_object_meta(meta, namespaced=kind.namespaced)
     if errs:
         raise ManifestError("ManifestInvalid", report(source, doc, vf.dedupe(errs)))
+    assert isinstance(metadata, dict)  # (validation said so)
+    if not metadata.get("uid"):
+        metadata["uid"] = static_pod_uid(doc.value, node_name, path)
     try:
-        claim = ResourceClaim.model_validate(value)
+        objects.check(kind, value)
     except ValidationError as exc:
         raise ManifestError("ManifestInvalid", report(source, doc, model_errors(exc))) from None
-    # Like a static pod's: derived from content, so an edited claim is a new object.
-    uid = claim.metadata.uid or static_pod_uid(doc.value, node_name, path)
-    meta_model = claim.metadata.model_copy(update={"uid": uid})
-    return claim.model_copy(update={"metadata": meta_model})
+    except ValueError as exc:
+        raise ManifestError("ManifestInvalid", f"{manifest.describe(source, doc.index, doc.position(()))}: "
+                                               f"{kind.kind}: {exc}") from None
+    return value

@@ -7,10 +7,10 @@ from nodeagent.validation import names
 from nodeagent.validation.decode import INT64, Obj
 
 
-def validate_object_meta(meta: Obj, *, name_is_label: bool = False) -> None:
-    """Names are DNS-1123 subdomains (``name_is_label``: labels), the namespace a DNS-1123 label;
-    labels, annotations, owner references and finalizers as the API has them. Errors go to
-    ``meta.errs``."""
+def validate_object_meta(meta: Obj, *, name_is_label: bool = False, namespaced: bool = True) -> None:
+    """Names are DNS-1123 subdomains (``name_is_label``: labels), the namespace a DNS-1123 label
+    (none at all for a cluster-scoped kind); labels, annotations, owner references and
+    finalizers as the API has them. Errors go to ``meta.errs``."""
     errs = meta.errs
     name_check = names.is_dns1123_label if name_is_label else names.is_dns1123_subdomain
     generate_name = meta.str("generateName")
@@ -24,7 +24,10 @@ def validate_object_meta(meta: Obj, *, name_is_label: bool = False) -> None:
     else:
         errs += names.validate_with(name_check, meta.at("name"), name)
     namespace = meta.str("namespace")
-    if not namespace:
+    if not namespaced:
+        if namespace:
+            errs.append(f.forbidden(meta.at("namespace"), "not allowed on this type"))
+    elif not namespace:
         errs.append(f.required(meta.at("namespace")))
     else:
         errs += names.validate_with(names.is_dns1123_label, meta.at("namespace"), namespace)

@@ -13,7 +13,7 @@ and nodeagent's own configuration). Then:
 * the serving certificate comes from a kubernetes.io/kubelet-serving CSR approved with
   ``kubectl certificate approve``; the kubelet API presents it;
 * a pod the scheduler places runs, ``kubectl logs`` and ``kubectl exec`` reach it through the
-  node's InternalIP;
+  node's detected InternalIP (the address of the default route's interface, as the kubelet finds it);
 * the client certificate is renewed (self renewal, approved by the controller-manager) and so is
   the serving one, in the same process; the node stays Ready, its Lease renewed, new pods run.
 """
@@ -131,9 +131,7 @@ def test_a_kubeadm_node_joins_with_a_bootstrap_token_and_rotates_its_certificate
     init = tmp_path / "init.yaml"
     init.write_text(yaml.safe_dump_all([
         {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration",
-         "nodeRegistration": {"name": node, "criSocket": containerd.endpoint, "taints": [],
-                              # many agents share this host and its loopback API server
-                              "kubeletExtraArgs": [{"name": "node-ip", "value": "127.0.0.1"}]}},
+         "nodeRegistration": {"name": node, "criSocket": containerd.endpoint, "taints": []}},
         {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration", "kubernetesVersion": "v1.37.2"},
     ]))
     kubelet_dir = tmp_path / "var-lib-kubelet"
@@ -144,6 +142,8 @@ def test_a_kubeadm_node_joins_with_a_bootstrap_token_and_rotates_its_certificate
     env_line = (kubelet_dir / "kubeadm-flags.env").read_text().strip()
     kubeadm_args = shlex.split(env_line.split("=", 1)[1].strip('"'))
     assert f"--hostname-override={node}" in kubeadm_args
+    assert not [a for a in kubeadm_args if a.startswith("--node-ip")]  # the node's address is detected
+    host_ip = default_route_address()
 
     # --- what the administrator adds (KUBELET_EXTRA_ARGS) ----------------------------------------
     root = tmp_path / "root"
@@ -195,7 +195,8 @@ def test_a_kubeadm_node_joins_with_a_bootstrap_token_and_rotates_its_certificate
         for key in ("kubernetes.io/os", "beta.kubernetes.io/os", "kubernetes.io/arch", "beta.kubernetes.io/arch"):
             assert key in labels, labels
         assert obj["metadata"]["annotations"]["volumes.kubernetes.io/controller-managed-attach-detach"] == "true"
-        assert {"type": "InternalIP", "address": "127.0.0.1"} in obj["status"]["addresses"]
+        # Detected as the kubelet does: the address of the default route's interface.
+        assert {"type": "InternalIP", "address": host_ip} in obj["status"]["addresses"], obj["status"]["addresses"]
         # kubeadm's cgroupDriver: systemd is not honoured, and the Node says so once.
         def unsupported_events() -> list[dict[str, Any]]:
             found = kubectl_json(cp, "get", "events", "-A", "--field-selector",
@@ -214,7 +215,7 @@ def test_a_kubeadm_node_joins_with_a_bootstrap_token_and_rotates_its_certificate
         pem = wait("the kubelet API serving the approved certificate",
                    lambda: served_certificate(port, cp.ca_file), 60, log)
         served = parse_certificate(pem)
-        assert served.common_name == f"system:node:{node}" and "127.0.0.1" in served.ip_addresses
+        assert served.common_name == f"system:node:{node}" and host_ip in served.ip_addresses
         assert node in served.dns_names
 
         # --- a scheduled pod, its logs and exec through the API server ------------------------------
@@ -270,6 +271,12 @@ def test_a_kubeadm_node_joins_with_a_bootstrap_token_and_rotates_its_certificate
         finally:
             _stop(proc)
             cp.kubectl("delete", "node", node, "--wait=false", check=False)
+
+
+def default_route_address() -> str:
+    """The host's source address towards the default route, by ip(8) (not nodeagent's code)."""
+    done = subprocess.run(["ip", "-j", "route", "get", "8.8.8.8"], capture_output=True, text=True, check=True)
+    return str(json.loads(done.stdout)[0]["prefsrc"])
 
 
 async def _runtime_empty(endpoint: str, node: str) -> None:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import os
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
 
 import anyio
 
 from nodeagent import hostpaths, quantity
+from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.model import Pod
 from nodeagent.stages import PodContext
 from nodeagent.kube.resources import (
@@ -41,13 +41,13 @@ V1_CONTROLLERS = ("cpu", "memory")
 (cpuset among them, which needs its cpus and mems copied down before any task may join)."""
 
 
-def enabled(settings: Any) -> bool:
-    """The agent's ``cgroupsPerQOS`` (default true): false makes no pod cgroups at all, as the
+def enabled(settings: NodeConfig | None) -> bool:
+    """The node's ``cgroupsPerQOS`` (default true): false makes no pod cgroups at all, as the
     kubelet's podContainerManagerNoop."""
-    return bool(getattr(settings, "cgroups_per_qos", True))
+    return settings is None or settings.cgroups_per_qos is not False
 
 
-def cgroup_parent(pod: Pod, settings: Any = None) -> str:
+def cgroup_parent(pod: Pod, settings: NodeConfig | None = None) -> str:
     """The pod cgroup, as CRI's ``cgroup_parent`` (cgroupfs driver); empty without cgroupsPerQOS:
     the runtime then places the sandbox itself (the kubelet passes its cgroupRoot there, which
     nodeagent does not configure)."""

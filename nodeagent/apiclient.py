@@ -23,4 +23,5 @@ def make_api_client(kubeconfig: Path, field_manager: str = "nodeagent", *,
     on rotation, so every new connection presents the current certificate."""
     config = KubeConfig.from_file(str(kubeconfig))
     transport = httpx2.AsyncHTTPTransport(verify=ssl_context) if ssl_context is not None else None
-    return AsyncClient(config=config, field_manager=field_manager, timeout=API_TIMEOUT_SECONDS, transport=transport)
+    return AsyncClient(config=config, field_manager=field_manager, timeout=httpx2.Timeout(API_TIMEOUT_SECONDS),
+                       transport=transport)

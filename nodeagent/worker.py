@@ -338,7 +338,7 @@ class PodWorker:
         # Completed: nothing will run again. Release the sandbox and devices, keep the records
         # (status, logs) until the pod is deleted.
         self._to(Trigger.COMPLETE)
-        await self._emit(ev.PodCompleted(phase=self.completed_phase or "Succeeded"))  # type: ignore[arg-type]
+        await self._emit(ev.PodCompleted(phase=self.completed_phase or "Succeeded"))
         with anyio.CancelScope(shield=True):
             await self._stop(grace=0, announce=False)
             await self._undo(Phase.UNPREPARE)

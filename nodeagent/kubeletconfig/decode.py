@@ -42,7 +42,7 @@ class StrictDecodingError(DecodeError):
     """Unknown or duplicate fields (``strict decoding error: ...``)."""
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no types here
     """YAML as sigs.k8s.io/yaml reads it: a key given twice is an error, timestamps are strings."""
 
 

@@ -11,6 +11,7 @@ the stage's own configuration model (its section of the NodeAgentConfiguration),
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import ConfigDict
 
@@ -35,7 +36,7 @@ class NodeConfig(KubeletConfiguration):
     def of(cls, kubelet: KubeletConfiguration, *, root_dir: Path, node_name: str,
            flags: KubeletFlags | None = None) -> NodeConfig:
         values = {name: getattr(kubelet, name) for name in KubeletConfiguration.model_fields}
-        gc = {} if flags is None else {
+        gc: dict[str, Any] = {} if flags is None else {
             "minimum_container_ttl_duration": flags.minimum_container_ttl_duration,
             "maximum_dead_containers_per_container": flags.maximum_dead_containers_per_container,
             "maximum_dead_containers": flags.maximum_dead_containers}

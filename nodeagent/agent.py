@@ -134,7 +134,8 @@ class Agent:
                                  on_relist=self.metrics.relist.observe)
         # Cluster mode: Node, Lease, API pod source, API status sink, mirror pods, Events.
         self.cluster = (ClusterMode(self.api, config, self.node, self.runtime, self.relister, self.bus, self.clock,
-                                    kubelet_port=lambda: getattr(self.kubelet_server, "port", None) or config.port)
+                                    kubelet_port=lambda: getattr(self.kubelet_server, "port", None) or config.port,
+                                    volumes_in_use=self._volumes_in_use)
                         if self.api is not None else None)
         sinks: list[StatusSink] = [FileSink(config.root_dir / "pod-status")]
         if self.cluster is not None:
@@ -261,6 +262,16 @@ class Agent:
                                       f"plugins of type {handler.plugin_type}")
                 handlers[handler.plugin_type] = handler
         return handlers
+
+    def _volumes_in_use(self) -> list[str]:
+        """node.status.volumesInUse: what the stages that mount attachable volumes report
+        (``volumes_in_use()``; the csi stage)."""
+        names: set[str] = set()
+        for stage in (self.pipeline.stages.values() if self.pipeline else ()):
+            report = getattr(stage, "volumes_in_use", None)
+            if callable(report):
+                names.update(report())
+        return sorted(names)
 
     def _subscribe(self, sup: Supervisor, name: str, handle: Callable[[ev.Event], Awaitable[None] | None]) -> None:
         """A bus subscriber under the supervisor; a fact it fails on is reported and skipped."""

@@ -45,6 +45,7 @@ from nodeagent.stages import (
     Verdict,
 )
 from nodeagent.stash import Stash
+from nodeagent.unsupported import refusal
 from nodeagent.waits import first_of
 from nodeagent.status import StatusWriter
 
@@ -314,9 +315,13 @@ class PodWorker:
 
     async def _admit(self) -> Result:
         problem = hostpaths.pod_problem(self.pod)
+        refused = refusal(self.pod)
         if problem is not None:
             # Before any stage: a name that cannot be a host path component never reaches one.
             result, stage = Result.reject(UNSAFE_NAMES, f"pod names cannot be host paths: {problem}"), "worker"
+        elif refused is not None:
+            # Refuse, never ignore: the pod would run without something it asks for.
+            result, stage = Result.reject(refused.reason, refused.message), "worker"
         else:
             result, stage = await self.services.admission.admit(self.pod, self._answered)
         if result.verdict is Verdict.REJECT:

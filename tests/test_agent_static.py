@@ -136,16 +136,24 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
         (env.manifests / "broken.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x\n")
         (env.manifests / "deploy.yaml").write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n")
         (env.manifests / "nocontainers.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: n}\nspec: {}\n")
-        # volumeDevices (raw block volumes): parsed, not acted upon.
-        env.write("good.yaml", pod_manifest("good", container={"volumeDevices": [{"name": "v", "devicePath": "/dev/xvda"}]}))
+        # schedulingGates (the scheduler's business): parsed, not acted upon, harmless: reported.
+        env.write("good.yaml", pod_manifest("good", schedulingGates=[{"name": "example.com/gate"}]))
+        # volumeDevices (raw block volumes): the pod would run without its device: refused.
+        env.write("block.yaml", pod_manifest("block", container={"volumeDevices": [{"name": "v",
+                                                                                  "devicePath": "/dev/xvda"}]}))
         await env.wait_running("good")
         counters = env.agent.metrics.counters
         await wait_for(lambda: _at_least(counters, "ManifestRejected", 3), what="three ManifestRejected facts")
         chain = env.agent.trace.chain(f"default/good-{env.node}")
         unhonoured = [e for e in chain if e["kind"] == "UnhonouredFieldsFound"]
-        assert unhonoured and unhonoured[0]["fields"] == ["spec.containers[0].volumeDevices"]
+        assert unhonoured and unhonoured[0]["fields"] == ["spec.schedulingGates"]
         conditions = {c["type"]: c for c in env.status_of("good")["conditions"]}
-        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.containers[0].volumeDevices")
+        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.schedulingGates")
+        block = await wait_for(lambda: _phase(env, "block", "Failed"), what="the pod with a block device refused")
+        assert block["reason"] == "UnsupportedPodField"
+        assert block["message"] == ("Pod was rejected: spec.containers[0].volumeDevices is not implemented by "
+                                    "nodeagent: a raw block device the container asks for would be missing")
+        assert not await env.running_containers("block")
 
         # A good manifest turning bad keeps its last valid pod running.
         uid = env.uid_of("good")

@@ -426,24 +426,46 @@ async def test_downward_api_volumes_follow_the_pods_labels_and_annotations(
         assert not (volume / before).exists()
 
 
-async def test_standalone_reports_what_needs_the_api_and_runs_the_pod(containerd: Any, tmp_path: Path) -> None:
+async def test_standalone_refuses_a_pod_that_needs_the_api_and_runs_one_that_only_pulls_with_it(
+        containerd: Any, tmp_path: Path) -> None:
+    """Refuse, never ignore: without an API server a configMap volume or configMap env cannot be
+    filled, so the pod is refused (it would run without them); imagePullSecrets only change how
+    a pull is made, so that pod runs, with the field reported."""
     async with running_agent(containerd, tmp_path) as env:
         env.write("p.yaml", {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "noapi"},
             "spec": {"terminationGracePeriodSeconds": 1, "containers": [container(
-                "main", envFrom=[{"configMapRef": {"name": "cfg"}}],
-                volumeMounts=[{"name": "cfg", "mountPath": "/cfg"}])],
+                "main", volumeMounts=[{"name": "cfg", "mountPath": "/cfg"}])],
                 "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}]}})
-        await env.wait_running("noapi")
+        env.write("e.yaml", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "noenv"},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "containers": [container("main", envFrom=[{"configMapRef": {"name": "cfg"}}])]}})
+        env.write("s.yaml", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pullsecret"},
+            "spec": {"terminationGracePeriodSeconds": 1, "imagePullSecrets": [{"name": "regcred"}],
+                     "containers": [container("main")]}})
+
+        async def failed(name: str) -> dict[str, Any] | None:
+            status = env.status_of(name)
+            return status if status.get("phase") == "Failed" else None
+
+        volume = await wait_for(lambda: failed("noapi"), 30, "the pod with a configMap volume refused")
+        assert volume["reason"] == "UnsupportedVolume"
+        assert volume["message"] == ('volume "cfg" is a configMap volume, which needs the API server, and this node '
+                                     "runs standalone: the pod would run without it")
+        envfrom = await wait_for(lambda: failed("noenv"), 30, "the pod with configMap env refused")
+        assert envfrom["reason"] == "UnsupportedPodField" and "'main' takes env from configMaps" in envfrom["message"]
+        assert not await env.running_containers("noapi") and not await env.running_containers("noenv")
+        await env.wait_running("pullsecret")
 
         async def condition() -> str | None:
-            for c in env.status_of("noapi").get("conditions", []):
-                if c["type"] == "nodeagent.io/UnhonouredFields" and "envFrom" in c.get("message", ""):
+            for c in env.status_of("pullsecret").get("conditions", []):
+                if c["type"] == "nodeagent.io/UnhonouredFields":
                     return str(c["message"])
             return None
 
-        message = await wait_for(condition, 30, "the unhonoured-fields condition")
-        assert "spec.volumes[0].configMap" in message and "spec.containers[0].envFrom" in message
+        assert "spec.imagePullSecrets[0]" in await wait_for(condition, 30, "the unhonoured-fields condition")
 
 
 # --- without a control plane ----------------------------------------------------------------

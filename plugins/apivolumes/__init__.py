@@ -43,6 +43,7 @@ from nodeagent import hostpaths
 from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, ContainerAdditions, VolumeBind, add_mounts
 from nodeagent.model import EmptyDirVolumeSource, Volume, unhonoured_fields
 from nodeagent.objects import View, kinds
+from nodeagent.unsupported import UNSUPPORTED_FIELD, UNSUPPORTED_VOLUME
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
 from plugins.apivolumes.envsources import resolve_env, uses_api
@@ -131,6 +132,9 @@ class ApiVolumesStage(Prepare, Observe):
 
     async def prepare(self, ctx: PodContext) -> Result:
         if not ctx.objects.cluster:
+            refused = _standalone_refusal(ctx.pod)
+            if refused is not None:
+                return refused  # refuse, never ignore: the pod would run without its volume or env
             await self._report_unhonoured(ctx)
             return Result.skip()
         # Every API pod: at least its containers' service variables come from the API.
@@ -320,6 +324,23 @@ class ApiVolumesStage(Prepare, Observe):
             await anyio.to_thread.run_sync(_remove_tree, directory)
         ctx.additions.withdraw()
         ctx.stash.pop(TOKENS)
+
+
+def _standalone_refusal(pod: Any) -> Result | None:
+    """Without an API server there is nothing to fill a configMap, secret or projected volume
+    (or env) with: the pod is refused rather than run without them. imagePullSecrets only
+    change how an image is pulled, and a pull that needs them fails on its own."""
+    for volume in api_volumes(pod):
+        source = next(k for k, v in (("configMap", volume.config_map), ("secret", volume.secret),
+                                     ("projected", volume.projected)) if v is not None)
+        return Result.reject(UNSUPPORTED_VOLUME, f'volume "{volume.name}" is a {source} volume, which needs the API '
+                                                 "server, and this node runs standalone: the pod would run without it")
+    for container in pod.all_containers():
+        if uses_api(container):
+            return Result.reject(UNSUPPORTED_FIELD, f"container {container.name!r} takes env from configMaps or "
+                                                    "secrets, which need the API server, and this node runs "
+                                                    "standalone: it would run without them")
+    return None
 
 
 def _remove_tree(directory: Path) -> None:

@@ -138,9 +138,10 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
         (env.manifests / "nocontainers.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: n}\nspec: {}\n")
         # schedulingGates (the scheduler's business): parsed, not acted upon, harmless: reported.
         env.write("good.yaml", pod_manifest("good", schedulingGates=[{"name": "example.com/gate"}]))
-        # volumeDevices (raw block volumes): the pod would run without its device: refused.
-        env.write("block.yaml", pod_manifest("block", container={"volumeDevices": [{"name": "v",
-                                                                                  "devicePath": "/dev/xvda"}]}))
+        # A raw block device from a persistent volume claim: standalone there is no API server to
+        # read the claim from, and the pod would run without its device: refused.
+        env.write("block.yaml", pod_manifest("block", volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}],
+                                             container={"volumeDevices": [{"name": "v", "devicePath": "/dev/xvda"}]}))
         await env.wait_running("good")
         counters = env.agent.metrics.counters
         await wait_for(lambda: _at_least(counters, "ManifestRejected", 3), what="three ManifestRejected facts")
@@ -150,9 +151,9 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
         conditions = {c["type"]: c for c in env.status_of("good")["conditions"]}
         assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.schedulingGates")
         block = await wait_for(lambda: _phase(env, "block", "Failed"), what="the pod with a block device refused")
-        assert block["reason"] == "UnsupportedPodField"
-        assert block["message"] == ("Pod was rejected: spec.containers[0].volumeDevices is not implemented by "
-                                    "nodeagent: a raw block device the container asks for would be missing")
+        assert block["reason"] == "UnsupportedVolume"
+        assert block["message"] == ('volume "v" is a persistentVolumeClaim volume, which needs the API server, and '
+                                    "this node runs standalone: the pod would run without it")
         assert not await env.running_containers("block")
 
         # A good manifest turning bad keeps its last valid pod running.

@@ -71,6 +71,7 @@ from nodeagent.objects import ObjectError, View
 from nodeagent.objects.kinds import CSI_DRIVER, VOLUME_ATTACHMENT
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
+from nodeagent.unsupported import UNSUPPORTED_VOLUME
 from nodeagent.volumeutil.mounts import (
     MountConfigError,
     PreparedVolume,
@@ -101,7 +102,7 @@ from plugins.csi.volumestats import VolumeStats
 log = structlog.get_logger("nodeagent.csi")
 
 FAILED_MOUNT = "FailedMount"
-UNSUPPORTED_VOLUME = "UnsupportedVolume"
+CONFIG_ERROR = "CreateContainerConfigError"
 POD_INFO_PREFIX = "csi.storage.k8s.io/"
 
 
@@ -298,6 +299,11 @@ class CsiStage(Prepare, Observe):
         pod = ctx.pod
         used = used_volumes(pod)
         mine = [v for v in pod.spec.volumes if handles(v) and v.name in used]
+        unmappable = _unmappable_device(pod)
+        if unmappable is not None:
+            container, message = unmappable
+            ctx.status.container_waiting(container, CONFIG_ERROR, message)
+            return Result.retry(CONFIG_ERROR, message)
         if not mine:
             ctx.additions.withdraw()
             return Result.skip()
@@ -329,7 +335,7 @@ class CsiStage(Prepare, Observe):
         try:
             self._contribute(ctx, pod, ready)
         except MountConfigError as exc:
-            return Result.retry("CreateContainerConfigError", str(exc))
+            return Result.retry(CONFIG_ERROR, str(exc))
         ctx.stash.pop(_REPORTED)
         return Result.ok()
 
@@ -510,6 +516,17 @@ async def _secrets(objects: Any, ref: SecretRef | None, what: str, operation: st
         raise OperationFailed(operation, f"fetching {what} {ref.namespace}/{ref.name} failed: {exc}",
                               waiting=True) from None
     return data.env_values()
+
+
+def _unmappable_device(pod: Pod) -> tuple[str, str] | None:
+    """A volumeDevices entry naming no persistent volume of the pod (the kubelet's
+    makeBlockVolumes: the container cannot be created)."""
+    claims = {v.name for v in pod.spec.volumes if v.persistent_volume_claim is not None or v.ephemeral is not None}
+    for container in pod.all_containers():
+        for device in container.volume_devices:
+            if device.name not in claims:
+                return container.name, f'cannot find volume "{device.name}" to pass into container "{container.name}"'
+    return None
 
 
 def _standalone_refusal(volumes: list[Volume]) -> Result | None:

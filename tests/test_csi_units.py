@@ -486,3 +486,22 @@ async def test_standalone_refuses_a_claim_it_cannot_read(base: Path) -> None:
         ctx = FakePodContext(pod("web", "u1", [pvc_volume("data", "data")]), stage="csi")
         result = await stage.prepare(ctx)
         assert result.verdict is Verdict.REJECT and result.reason == "UnsupportedVolume"
+
+
+def test_the_stats_collector_takes_csi_figures_from_the_stage_and_keeps_claims_out_of_ephemeral_storage(
+        tmp_path: Path) -> None:
+    from nodeagent.stats.collector import Fs, UsageCollector, VolumeUsage, _ephemeral
+
+    csi_dir = tmp_path / "pods" / "u1" / "volumes" / "kubernetes.io~csi" / "pv-data" / "mount"
+    csi_dir.mkdir(parents=True)
+    (csi_dir / "big").write_bytes(b"x" * 65536)
+    scratch = tmp_path / "pods" / "u1" / "volumes" / "kubernetes.io~empty-dir" / "scratch"
+    scratch.mkdir(parents=True)
+    figures = VolumeUsage("data", Fs(time=1.0, used_bytes=4096, capacity_bytes=1 << 20), pvc=("default", "data"))
+    collector = UsageCollector(runtime=None, relister=None, node_name="n1", root_dir=tmp_path,  # type: ignore[arg-type]
+                               pod_logs_dir=tmp_path / "logs", volume_providers=[lambda uid: [figures] if uid == "u1"
+                                                                                 else []])
+    volumes = list(collector._volumes("u1", 1.0))
+    assert [v.name for v in volumes] == ["data", "scratch"]  # the CSI mount is not walked
+    assert volumes[0] is figures
+    assert _ephemeral([], tuple(volumes), 1.0).used_bytes == volumes[1].fs.used_bytes  # the claim is not counted

@@ -516,6 +516,11 @@ def breakdown(traces: dict[str, list[dict[str, Any]]], written: dict[str, float]
     return parts
 
 
+STEADY_SECONDS = 0.0
+"""--steady: how long to hold the N running pods, measuring the agent's CPU and RSS meanwhile
+(what stats collection, eviction and GC cost in steady state); 0: not measured."""
+
+
 async def run_agent(rt: Runtime, workdir: Path, n: int, grace: int, profile: Path | None = None) -> dict[str, Any]:
     client = rt.client
     agent = AgentProcess(workdir, rt.endpoint, max_pods=max(110, n), profile=profile)
@@ -535,6 +540,13 @@ async def run_agent(rt: Runtime, workdir: Path, n: int, grace: int, profile: Pat
         cpu1, cd1, m1 = proc_cpu(pid), proc_cpu(cd_pid), machine_cpu()
         loop1 = proc_cpu(pid, pid)
         mem_running = proc_mem(pid)
+        steady: dict[str, float] = {}
+        if STEADY_SECONDS > 0:
+            await anyio.sleep(5.0)  # the last pods' start settles
+            c0, d0 = proc_cpu(pid), proc_cpu(cd_pid)
+            await anyio.sleep(STEADY_SECONDS)
+            steady = {"seconds": STEADY_SECONDS, "cpu": proc_cpu(pid) - c0, "containerd_cpu": proc_cpu(cd_pid) - d0,
+                      "rss": proc_mem(pid)["VmRSS"]}
 
         after_start = parse_metrics(agent.metrics())
         pods = agent.get_json("/pods") or []
@@ -576,6 +588,7 @@ async def run_agent(rt: Runtime, workdir: Path, n: int, grace: int, profile: Pat
         "stage_sums": {lbl: v for (metric, lbl), v in after_teardown.items()
                        if metric == "nodeagent_stage_duration_seconds_sum"},
         "breakdown": breakdown(traces, written, t0_wall, seen, removed_wall),
+        "steady": steady,
     }
 
 
@@ -789,6 +802,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="terminationGracePeriodSeconds of the pods (default %(default)s)")
     parser.add_argument("--runtime", choices=devenv.RUNTIMES, default=None,
                         help=f"the containerd to measure on (default ${devenv.RUNTIME_ENV}, else containerd2)")
+    parser.add_argument("--steady", type=float, default=0.0, metavar="SECONDS",
+                        help="hold the N running pods this long, measuring the agent's CPU and RSS")
     parser.add_argument("--append", type=Path, help="append the Markdown result block to this file")
     parser.add_argument("--json", type=Path, help="write every measurement as JSON to this file")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (agent and containerd logs)")
@@ -798,6 +813,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runtime:  # devenv.Containerd reads it
         os.environ[devenv.RUNTIME_ENV] = args.runtime
+    global STEADY_SECONDS
+    STEADY_SECONDS = args.steady
     sizes = QUICK_SIZES if args.quick else tuple(int(s) for s in args.sizes.split(",") if s.strip())
     if not sizes or min(sizes) < 1 or args.repeat < 1:
         parser.error("--sizes and --repeat take positive integers")

@@ -395,6 +395,8 @@ class ControlPlane:
                 "--requestheader-username-headers=X-Remote-User",
                 f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
                 f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
+                # Aggregated APIs (metrics-server) reached at their endpoints: no kube-proxy here.
+                "--enable-aggregator-routing=true",
                 "--profiling=false",
                 # A graceful stop in ~2-3 s instead of up to --request-timeout (60 s)
                 # spent waiting for the controllers' open watches to end.

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, overload
 
@@ -67,6 +67,8 @@ _READS = frozenset({
 })
 _RETRY_FIRST_DELAY = 0.05
 _RETRY_MAX_DELAY = 1.0
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_MAX_DEADLINE_SECONDS = 10 * 365 * 24 * 3600  # a deadline the clock can hold ("forever" enough)
 
 # "/runtime.v1.RuntimeService/Version", ... straight from the schema.
 _PATHS = {
@@ -110,6 +112,8 @@ class RuntimeClient:
         self._channel: aio.Channel | None = None
         self._stubs: dict[str, Any] = {}
         self._version_stale = False
+        self.observer: Callable[[str, float, bool], None] | None = None
+        """Told of every unary call: (CRI method, seconds, failed)."""
 
     # ------------------------------------------------------------ lifecycle
 
@@ -219,18 +223,33 @@ class RuntimeClient:
             self._version_stale = True
         while True:
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            begin = time.monotonic()
             try:
                 async with self._boundary(method):
                     response: M = await stub(request, timeout=remaining, wait_for_ready=read)
+                self._observe(method, begin, False)
                 break
             except errors.Unavailable:
+                self._observe(method, begin, True)
                 if not read or (deadline is not None and deadline - time.monotonic() <= delay):
                     raise
                 await anyio.sleep(delay)
                 delay = min(delay * 2, _RETRY_MAX_DELAY)
+            except errors.CriError:
+                self._observe(method, begin, True)
+                raise
         if self._version_stale and method != "Version":
             await self._recheck_version()
         return response
+
+    def _observe(self, method: str, begin: float, error: bool) -> None:
+        """Every call, for the kubelet_runtime_operations_* metrics (the kubelet's instrumented
+        runtime service); an observer that fails never fails the call."""
+        if self.observer is not None:
+            try:
+                self.observer(method, time.monotonic() - begin, error)
+            except Exception:  # noqa: BLE001 - metrics are best effort
+                pass
 
     async def _recheck_version(self) -> None:
         self._version_stale = False  # one re-check at a time, not one per concurrent call
@@ -333,9 +352,12 @@ class RuntimeClient:
 
     async def stop_container(self, container_id: str, timeout: int) -> None:
         """Stop signal, then SIGKILL after `timeout` seconds; the deadline is default + timeout."""
+        # A pod may ask for any int64 grace period: 2^63-1 among them, which the float it
+        # travels as through the stop phase rounds up past int64.
+        timeout = max(min(int(timeout), _INT64_MAX), _INT64_MIN)
         request = api.StopContainerRequest(container_id=container_id, timeout=timeout)
         await self._unary("StopContainer", request, api.StopContainerResponse,
-                          timeout=self.timeout + max(timeout, 0))
+                          timeout=self.timeout + min(max(timeout, 0), _MAX_DEADLINE_SECONDS))
 
     async def remove_container(self, container_id: str) -> None:
         await self._unary("RemoveContainer", api.RemoveContainerRequest(container_id=container_id),

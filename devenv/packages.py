@@ -50,6 +50,13 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("gcc", "gcc"),
     Requirement("make", "make"),  # .ci/run and the README go through make
     Requirement("libc6-dev", "/usr/include/stdio.h"),
+    # The shutdown stage's logind path (systemd-inhibit, gdbus) and its test's stand-in logind
+    # on a private bus (dbus-daemon, the system Python's dbus and GLib bindings).
+    Requirement("systemd", "/usr/bin/systemd-inhibit"),
+    Requirement("libglib2.0-bin", "gdbus"),
+    Requirement("dbus-daemon", "dbus-daemon"),
+    Requirement("python3-dbus", "/usr/lib/python3/dist-packages/dbus"),
+    Requirement("python3-gi", "/usr/lib/python3/dist-packages/gi"),
 )
 
 

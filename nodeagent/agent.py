@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio
 import structlog
@@ -24,7 +24,6 @@ from nodeagent import quantity
 from nodeagent.admission import AdmissionCycle
 from nodeagent.apiclient import make_api_client
 from nodeagent.bus import TOPOLOGY, Bus, consume
-from nodeagent.claims import ClaimStore
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.cluster import ClusterMode
 from nodeagent.cluster.node import architecture
@@ -34,16 +33,20 @@ from nodeagent.endpoint import Routes, serve
 from nodeagent.fdlimit import raise_to_hard_limit
 from nodeagent.kubeletserver import KubeletServer
 from nodeagent.kubeletserver import enabled as kubelet_server_enabled
+from nodeagent.kubeletserver.nodestats import NodeReads
 from nodeagent.lifecycle import PodState
 from nodeagent.errors import PluginError
 from nodeagent.metrics import Metrics
 from nodeagent.objects import ApiObjects, FileObjects, ObjectStore
 from nodeagent.pluginwatcher import PluginHandler, PluginWatcher, polling
+from nodeagent.nodeconditions import NodeConditions
+from nodeagent.nodeops import NodeOps
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline, load
 from nodeagent.sources.static import StaticPodSource
-from nodeagent.stages import NodeInfo
+from nodeagent.stages import Condition, NodeInfo, PodSnapshot, ReclaimKind
 from nodeagent.statefile import ensure_private_dir
+from nodeagent.stats import Usage, UsageCollector, volume_stats_metrics
 from nodeagent.status import FileSink, StatusSink, StatusWriter
 from nodeagent.supervisor import Supervisor
 from nodeagent.trace import Trace
@@ -98,10 +101,10 @@ class Handle:
     node: NodeInfo
     config: AgentConfig
     bus: Bus
-    claims: ClaimStore
-    """The ResourceClaims the sources know (read by the dra stage)."""
     objects: ObjectStore
     """API objects (cluster: list and watch with the node's credentials; standalone: manifests)."""
+    ops: NodeOps | None = None
+    """The node-wide services (usage, pods, evict, Node conditions and Events, reclaim)."""
 
     @property
     def settings(self) -> AgentConfig:
@@ -109,6 +112,42 @@ class Handle:
 
     async def publish(self, event: ev.Event) -> None:
         await self.bus.publish(event)
+
+    # --- for node-wide managers (nodeagent.stages.AgentHandle; implemented by nodeagent.nodeops) ---
+
+    def _ops(self) -> NodeOps:
+        if self.ops is None:
+            raise RuntimeError("this handle has no node-wide services")
+        return self.ops
+
+    def usage(self) -> Usage | None:
+        return self._ops().usage()
+
+    async def usage_changed(self, timeout: float | None = None) -> None:
+        await self._ops().usage_changed(timeout)
+
+    def request_usage(self) -> None:
+        self._ops().request_usage()
+
+    def pods(self) -> Sequence[PodSnapshot]:
+        return self._ops().pods()
+
+    def evict(self, uid: str, *, reason: str, message: str, grace_seconds: int,
+              condition: Condition | None = None) -> anyio.Event | None:
+        return self._ops().evict(uid, reason=reason, message=message, grace_seconds=grace_seconds,
+                                 condition=condition)
+
+    def set_node_condition(self, condition: Condition) -> None:
+        self._ops().set_node_condition(condition)
+
+    def node_event(self, type: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        self._ops().node_event(type, reason, message)
+
+    def provide_reclaim(self, kind: ReclaimKind, reclaim: Callable[[], Awaitable[int]]) -> None:
+        self._ops().provide_reclaim(kind, reclaim)
+
+    async def reclaim(self, kind: ReclaimKind) -> int | None:
+        return await self._ops().reclaim(kind)
 
 
 class Agent:
@@ -131,19 +170,27 @@ class Agent:
         self.metrics = Metrics()
         self.trace = Trace(config.trace_file)
         self.relister = Relister(self.runtime, config.node_name, self.bus.publish,
-                                 on_relist=self.metrics.relist.observe)
+                                 on_relist=self.metrics.relisted, evented_period=config.evented_relist_period)
+        self.runtime.observer = self.metrics.runtime_operation
+        self.stats = UsageCollector(self.runtime, self.relister, config.node_name, config.root_dir,
+                                    config.pod_logs_dir, volume_stats_seconds=config.volume_stats_agg_period)
+        """What the node and its pods use, sampled on the housekeeping period (nodeagent.stats)."""
+        self.conditions = NodeConditions()
+        """Node conditions node-level managers report (eviction's pressures, shutdown's Ready)."""
         # Cluster mode: Node, Lease, API pod source, API status sink, mirror pods, Events.
         self.cluster = (ClusterMode(self.api, config, self.node, self.runtime, self.relister, self.bus, self.clock,
                                     kubelet_port=lambda: getattr(self.kubelet_server, "port", None) or config.port,
-                                    volumes_in_use=self._volumes_in_use)
+                                    volumes_in_use=self._volumes_in_use,
+                                    conditions=self.conditions)
                         if self.api is not None else None)
         sinks: list[StatusSink] = [FileSink(config.root_dir / "pod-status")]
         if self.cluster is not None:
             sinks.append(self.cluster.status_sink)
         self.status = StatusWriter(sinks, host_ip=config.node_ip, contain=self._contain)
-        self.claims = ClaimStore()
         self.objects: ApiObjects | FileObjects = ApiObjects(self.api, self.clock) if self.api is not None \
             else FileObjects()
+        self.node_ops = NodeOps(self.status, self.conditions, self.stats,
+                                node_event=self.cluster.events.record_node if self.cluster is not None else None)
         self.pipeline: Pipeline | None = None
         self.dispatcher: Dispatcher | None = None
         self.endpoint_port: int | None = None
@@ -153,7 +200,7 @@ class Agent:
         """The kubelet's plugin watcher, when a stage handles a plugin type (dra: DRAPlugin)."""
         self.kubelet_server: KubeletServer | None = (
             KubeletServer(config, status=self.status, relister=self.relister, runtime=self.runtime,
-                          healthz=self.healthz, api=self.api)
+                          healthz=self.healthz, api=self.api, reads=self._node_reads())
             if kubelet_server_enabled(config) else None)
         """The kubelet API (its ``port`` is where it listens, once it does)."""
         self.ready = anyio.Event()
@@ -166,7 +213,7 @@ class Agent:
             log.error("task failed before the supervisor started", task=task, error=repr(exc))
 
     def load_pipeline(self) -> Pipeline:
-        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.claims, self.objects)
+        handle = Handle(self.runtime, self.clock, self.node, self.config, self.bus, self.objects, ops=self.node_ops)
         pipeline, warnings = load(self.config.profile, self.config.plugins, handle)
         for warning in warnings:
             log.warning(warning)
@@ -202,6 +249,7 @@ class Agent:
                 await self._connect_runtime()
                 await sup.start(self.relister.run, name="pleg")
                 await sup.start(self.status.run, name="status")
+                await sup.start(self.stats.run, name="stats")
                 for stage in self.pipeline.stages.values():
                     node_task = getattr(stage, "run", None)  # a stage's node-level task (dra: its reconcile loop)
                     if node_task is not None:
@@ -222,6 +270,7 @@ class Agent:
                     observe_pod_start=self.metrics.pod_start.observe,
                 )
                 self.dispatcher = Dispatcher(services, tg, contain=sup.contain)
+                self.node_ops.dispatcher = self.dispatcher
                 self._subscribe(sup, "dispatcher", self.dispatcher.handle)
                 self._register_gauges()
                 if self.config.healthz_port:
@@ -232,7 +281,7 @@ class Agent:
                 if self.config.static_pod_path is not None:
                     source = StaticPodSource(self.config.static_pod_path, self.config.node_name, self.bus.publish,
                                              full_rescan_seconds=self.config.file_check_frequency,
-                                             claims=self.claims)
+                                             objects=self.objects if isinstance(self.objects, FileObjects) else None)
                     await sup.start(source.run, name="source:file")
                     sources.append(source)
                 if self.cluster is not None:
@@ -354,6 +403,31 @@ class Agent:
                 "stages": {n: s.describe() for n, s in stages.items() if hasattr(s, "describe")},
                 "pluginWatcher": self.plugin_watcher.describe() if self.plugin_watcher is not None else None}
 
+    def _node_reads(self) -> NodeReads:
+        """What the kubelet API's stats and metrics endpoints read (nodeagent/kubeletserver/nodestats.py)."""
+        return NodeReads(node_name=self.config.node_name, usage=lambda: self.stats.latest,
+                         metrics=self.metrics.render, probe_metrics=self._probe_metrics, configz=self.configz)
+
+    def _stages(self) -> list[Any]:
+        return list(self.pipeline.stages.values()) if self.pipeline else []
+
+    def _probe_metrics(self) -> str:
+        """/metrics/probes: the probes stage's prober_probe_* series."""
+        text = "".join(render() for stage in self._stages()
+                       if callable(render := getattr(stage, "render_probe_metrics", None)))
+        return text or "\n"
+
+    def configz(self) -> dict[str, Any]:
+        """/configz: the effective configuration with KubeletConfiguration field names; stages
+        that hold kubelet fields (eviction, gc, shutdown) add theirs (``kubelet_config()``)."""
+        out: dict[str, Any] = {"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1"}
+        out.update(self.config.model_dump(mode="json", by_alias=True, exclude={"plugins", "profile"}))
+        for stage in self._stages():
+            fields = getattr(stage, "kubelet_config", None)
+            if callable(fields):
+                out.update(fields())
+        return out
+
     def _register_gauges(self) -> None:
         def running() -> float:
             return float(sum(1 for _, _, _, s in self.status.all().values() if s is PodState.RUNNING))
@@ -361,8 +435,20 @@ class Agent:
         def depth() -> dict[str, float]:
             return {f'subscriber="{k}"': float(v) for k, v in self.bus.depth().items()}
 
+        def containers() -> dict[str, float]:
+            counts = {state: 0.0 for state in ("created", "running", "exited", "unknown")}
+            for pod in self.relister.pods().values():
+                for c in pod.containers:
+                    counts[c.state if c.state in counts else "unknown"] += 1
+            return {f'container_state="{k}"': v for k, v in counts.items()}
+
         self.metrics.gauges["kubelet_running_pods"] = running
+        self.metrics.gauges["kubelet_running_containers"] = containers
+        self.metrics.gauges["kubelet_node_name"] = lambda: {f'node="{self.config.node_name}"': 1.0}
         self.metrics.gauges["nodeagent_bus_queue_depth"] = depth
+        self.metrics.collectors.append(self.conditions.render_metrics)
+        self.metrics.collectors.append(lambda: volume_stats_metrics(self.stats.latest))
+        self.metrics.collectors.append(self.stats.render_metrics)
         if self.supervisor is not None:
             self.metrics.collectors.append(self.supervisor.render_metrics)
         if self.kubelet_server is not None:

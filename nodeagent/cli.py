@@ -231,6 +231,36 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_shutdown(args: argparse.Namespace) -> int:
+    """Graceful node shutdown where there is no systemd-logind (plugins/shutdown): ask the agent
+    to stop its pods as before a power-off (or cancel), optionally waiting until they are down."""
+    config = _config(args)
+    section = config.plugins.get("shutdown", {})
+    request = config.root_dir / section.get("shutdownRequestFile", "graceful_node_shutdown_request")
+    if args.cancel:
+        request.unlink(missing_ok=True)
+        print(f"shutdown cancelled ({request} removed)")
+        return 0
+    request.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
+    print(f"shutdown requested ({request})")
+    if args.wait is None:
+        return 0
+    state = config.root_dir / "graceful_node_shutdown_state"
+    deadline = time.monotonic() + args.wait
+    while time.monotonic() < deadline:
+        try:
+            recorded = json.loads(state.read_text())
+            if recorded.get("endTime", "").startswith("0001") is False and \
+                    recorded.get("endTime", "") >= recorded.get("startTime", "~") >= request.read_text().strip():
+                print(f"pods stopped at {recorded['endTime']}")
+                return 0
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    print(f"nodeagent: the pods were not all stopped within {args.wait:g}s", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nodeagent", description="Run Kubernetes pods on a CRI runtime.")
     parser.add_argument("--version", action="version", version=f"nodeagent {__version__}")
@@ -265,6 +295,11 @@ def main(argv: list[str] | None = None) -> int:
     logs.add_argument("--tail", type=int, default=-1, help="only the last N lines (-1: all)")
     logs.add_argument("--timestamps", action="store_true", help="prefix each line with its RFC3339Nano time")
     logs.add_argument("--since", help="only lines newer than this: seconds, or a duration like 5m")
+    shutdown = sub.add_parser("shutdown", help="graceful node shutdown without systemd-logind: stop the pods")
+    _add_config_flags(shutdown)
+    shutdown.set_defaults(fn=cmd_shutdown)
+    shutdown.add_argument("--cancel", action="store_true", help="the shutdown is not happening after all")
+    shutdown.add_argument("--wait", type=float, metavar="SECONDS", help="wait until the pods are down")
     args = parser.parse_args(argv)
     return int(args.fn(args))
 

@@ -50,7 +50,9 @@ class Dispatcher:
         try:
             pod = Pod.model_validate(event.pod_spec)
         except ValidationError as exc:  # sources validate first; this is the last line of defence
-            log.error("invalid pod spec", pod=str(event.pod), error=str(exc))
+            # Where and what, never the input: a spec's values may be secrets (env values).
+            problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_input=False)]
+            log.error("invalid pod spec", pod=str(event.pod), errors=problems)
             return
         worker = self.workers.get(pod.uid)
         if worker is not None:
@@ -107,6 +109,9 @@ class Dispatcher:
         worker = PodWorker(failed.ref, pod, self._services, failed.cause)
         if failed.kill_requested:
             worker.kill(failed.kill_grace, failed.cause, forget=failed.forget_requested)
+        elif failed.eviction is not None:
+            # Failed by the node: it must not run again; the status keeps the failure.
+            worker.kill(failed.eviction.grace_seconds, failed.cause, forget=False)
         log.warning("pod worker restarted after a failure", pod=str(failed.ref), uid=failed.ref.uid)
         self._spawn(worker)
 

@@ -8,12 +8,37 @@ API (camelCase on the wire, snake_case in Python).
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-Quantity = str | int | float
+from nodeagent import quantity as _quantity
+
+
+def _valid_quantity(value: Any) -> Any:
+    # Checked here, once: status, admission and the runtime parse quantities wherever they need
+    # them and must not meet one that does not parse.
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError("a quantity must be a string or a number")  # noqa: TRY004 - pydantic wants a ValueError
+    try:
+        _quantity.parse(value)
+    except ValueError:
+        raise ValueError("not a valid quantity") from None  # the value is not repeated: it may be anything
+    return value
+
+
+Quantity = Annotated[str | int | float, BeforeValidator(_valid_quantity)]
 
 
 class _ApiModel(BaseModel):
@@ -506,6 +531,40 @@ class WorkloadReference(_ApiModel):
     pod_group_replica_key: str = ""
 
 
+class _NodeSelectorRequirement(TypedDict, total=False):
+    key: str | None
+    operator: str | None
+    values: list[str] | None
+
+
+class _NodeSelectorTerm(TypedDict, total=False):
+    matchExpressions: list[_NodeSelectorRequirement] | None
+    matchFields: list[_NodeSelectorRequirement] | None
+
+
+class _NodeSelector(TypedDict, total=False):
+    nodeSelectorTerms: list[_NodeSelectorTerm] | None
+
+
+class _PreferredTerm(TypedDict, total=False):
+    weight: int | None
+    preference: _NodeSelectorTerm | None
+
+
+class _NodeAffinity(TypedDict, total=False):
+    requiredDuringSchedulingIgnoredDuringExecution: _NodeSelector | None
+    preferredDuringSchedulingIgnoredDuringExecution: list[_PreferredTerm] | None
+
+
+class _Affinity(TypedDict, total=False):
+    """The part of spec.affinity the node reads (plugins/nodeaffinity.py), as a shape to check."""
+
+    nodeAffinity: _NodeAffinity | None
+
+
+_AFFINITY_SHAPE = TypeAdapter(_Affinity)
+
+
 _DNS1123_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -601,6 +660,18 @@ class PodSpec(_ApiModel):
     # scheduler's.
     node_selector: dict[str, str] = Field(default_factory=dict)
     affinity: dict[str, Any] | None = None
+
+    @field_validator("affinity")
+    @classmethod
+    def _node_affinity_shape(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Kept as the API's mapping (plugins/nodeaffinity.py reads it as such), but of the shape
+        # that code walks: a boolean where a term belongs must not fail admission with a TypeError.
+        if value is not None:
+            try:
+                _AFFINITY_SHAPE.validate_python(value, strict=True)
+            except ValidationError:
+                raise ValueError("spec.affinity.nodeAffinity is not a valid node affinity") from None
+        return value
 
 
 class Pod(_ApiModel):

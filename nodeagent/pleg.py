@@ -1,9 +1,15 @@
 """The pod lifecycle event generator: relist the runtime, keep a per-pod cache, publish changes.
 
-containerd 1.6 has no event stream (GetContainerEvents answers Unimplemented), so like the
-kubelet's generic PLEG we relist every second: ListPodSandbox + ListContainers, and
+Like the kubelet's generic PLEG we relist every second: ListPodSandbox + ListContainers, and
 ContainerStatus only for containers whose state changed. Changes become facts on the bus
 (ContainerStarted, ContainerExited) and wake the pod's observers.
+
+Evented (the 1.37 kubelet's evented PLEG, which no longer replaces relisting): where the
+runtime streams container events (containerd 2.x: GetContainerEvents), each event makes the
+relister look at once, so an exit reaches its pod's worker within milliseconds instead of up
+to a second; the periodic relist stays as the safety net. A stream that breaks is reconnected
+with back-off (0.5 s doubling to 30 s) while the periodic relist carries on; a runtime without
+the stream (containerd 1.6: Unimplemented) is relisted periodically only, said once.
 """
 
 from __future__ import annotations
@@ -15,16 +21,20 @@ from dataclasses import replace
 import anyio
 import structlog
 
-from cri import CriError, RuntimeClient
+from cri import CriError, RuntimeClient, Unimplemented
 from cri import types as t
 from cri.types import ContainerState, PodSandboxState
 from nodeagent import labels as L
 from nodeagent.events import ContainerExited, ContainerStarted, Event, PodRef, RuntimeAvailable, RuntimeUnavailable
+from nodeagent.backoff import Backoff
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 
 log = structlog.get_logger("nodeagent.pleg")
 
 RELIST_TIMEOUT_SECONDS = 5.0
+EVENT_SETTLE_SECONDS = 0.02
+"""How long a burst of container events is gathered before the relist it triggers."""
+STREAM_TRUSTED_AFTER_SECONDS = 1.0
 INSPECT_CONCURRENCY = 8
 
 _STATES = {
@@ -45,11 +55,13 @@ class Relister:
         publish: Callable[[Event], Awaitable[None]],
         period: float = 1.0,
         on_relist: Callable[[float], None] | None = None,
+        evented_period: float | None = None,
     ) -> None:
         self._runtime = runtime
         self._node = node_name
         self._publish = publish
         self._period = period
+        self._evented_period = evented_period if evented_period is not None else period
         self._on_relist = on_relist
         self._pods: dict[str, PodRuntime] = {}
         self._containers: dict[str, ContainerRecord] = {}
@@ -58,6 +70,12 @@ class Relister:
         self.healthy = False
         self.last_relist: float = 0.0
         self._runtime_down = False
+        self._stream_since: float | None = None
+        """When the current event stream was opened (None: no stream)."""
+        self._stream_events = 0
+        self._settling = False
+        self._settle_group: anyio.abc.TaskGroup | None = None
+        self.events_seen = 0
 
     # --- reading ----------------------------------------------------------------------
 
@@ -76,18 +94,85 @@ class Relister:
         """Relist now rather than at the next tick (after a stage changed something)."""
         self._poke.set()
 
+    @property
+    def evented(self) -> bool:
+        """The runtime's event stream is up: it delivered an event, or has stayed open for a
+        second (a runtime without it fails the call at once; an idle node sends nothing)."""
+        if self._stream_since is None:
+            return False
+        return self._stream_events > 0 or time.monotonic() - self._stream_since >= STREAM_TRUSTED_AFTER_SECONDS
+
+    @property
+    def period(self) -> float:
+        """Seconds to the next periodic relist: the safety-net period while events flow, else
+        the kubelet's second."""
+        return self._evented_period if self.evented else self._period
+
     # --- the loop ---------------------------------------------------------------------
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self._settle_group = tg
+            await tg.start(self._relist_forever)
+            tg.start_soon(self._follow_events)
+            task_status.started()
+
+    async def _relist_forever(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         started = False
         while True:
+            self._poke = anyio.Event()  # pokes from now on ask for the listing after this one
             await self.relist_once()
             if not started:
                 started = True
                 task_status.started()
-            with anyio.move_on_after(self._period):
+            with anyio.move_on_after(self.period):
                 await self._poke.wait()
-            self._poke = anyio.Event()
+
+    async def _settle_then_poke(self) -> None:
+        """One relist for a burst of events: a sandbox being stopped kills its containers first
+        and changes its own state a little later; a relist between the two would show the
+        containers dead in a sandbox still ready, and a restart would go into it."""
+        try:
+            await anyio.sleep(EVENT_SETTLE_SECONDS)
+        finally:
+            self._settling = False
+            self._poke.set()
+
+    async def _follow_events(self) -> None:
+        """Relist at every container event the runtime streams; reconnect when the stream
+        breaks; give up (periodic relisting only) on a runtime without the stream."""
+        backoff = Backoff(initial=0.5, maximum=30.0, jitter=0.2)
+        while True:
+            was_evented = False
+            try:
+                stream = self._runtime.container_events()
+                self._stream_since, self._stream_events = time.monotonic(), 0
+                try:
+                    async for _event in stream:
+                        if self._stream_events == 0:
+                            log.info("following the runtime's container events")
+                        backoff.reset()
+                        self._stream_events += 1
+                        self.events_seen += 1
+                        if not self._poke.is_set() and not self._settling:
+                            self._settling = True
+                            self._settle_group.start_soon(self._settle_then_poke)
+                finally:
+                    was_evented = self.evented
+                    self._stream_since = None
+                    await stream.aclose()
+                problem = "the runtime ended it"
+            except Unimplemented:
+                log.info("the runtime streams no container events; relisting every second only")
+                return
+            except CriError as exc:
+                problem = str(exc)
+            if was_evented:
+                # Events may have been lost with the stream: look now, then every second until
+                # it is back.
+                log.warning("container event stream broken; relisting every second meanwhile", error=problem)
+                self._poke.set()
+            await anyio.sleep(backoff.next())
 
     async def relist_once(self) -> None:
         begin = time.monotonic()

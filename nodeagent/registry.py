@@ -26,7 +26,9 @@ DEFAULT_PROFILE: Mapping[str, Sequence[str]] = {
     # the kubelet checks sysctls before resources; the gang checks its members' fit before
     # noderesources, so that a member that does not fit aborts its gang (docs/GANG.md); the
     # NoExecute taints last, as the kubelet's generalFilter checks them after the node fit
-    "admit": ["podsecurity", "gang", "noderesources", "tainttoleration"],
+    # eviction first and shutdown last, as the kubelet adds its eviction admit handler before
+    # every other and its shutdown manager after them (pkg/kubelet/kubelet.go)
+    "admit": ["eviction", "podsecurity", "gang", "noderesources", "tainttoleration", "shutdown"],
     "reserve": ["gang"],
     # devices first: the kubelet prepares claims before the sandbox; API-backed volumes
     # (configMap, secret, projected) and env next, so that a FailedMount holds the sandbox back;
@@ -38,6 +40,9 @@ DEFAULT_PROFILE: Mapping[str, Sequence[str]] = {
     # csi: node expansion of resized claims
     "observe": ["status", "runtime", "probes", "logs", "volumes", "apivolumes", "csi", "activedeadline"],
     "cleanup": ["logs", "runtime"],
+    # node-wide managers (their admit halves are in "admit" above): node-pressure eviction,
+    # image and container garbage collection, graceful node shutdown
+    "node": ["eviction", "gc", "shutdown"],
 }
 
 # Which configurable phase decides the order of each phase.
@@ -52,8 +57,9 @@ ORDER_SOURCE: Mapping[Phase, tuple[Phase, bool]] = {
     Phase.UNPREPARE: (Phase.PREPARE, True),
     Phase.CLEANUP: (Phase.CLEANUP, True),
     Phase.UNRESERVE: (Phase.RESERVE, True),
+    Phase.NODE: (Phase.NODE, False),
 }
-CONFIGURABLE = ("admit", "reserve", "prepare", "permit", "start", "observe", "cleanup")
+CONFIGURABLE = ("admit", "reserve", "prepare", "permit", "start", "observe", "cleanup", "node")
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,8 @@ def discover(group: str = GROUP) -> dict[str, EntryPoint]:
     return found
 
 
-_PHASE_METHODS = {p.value for p in Phase}
+# A node task's method is ``run``, not ``node``.
+_PHASE_METHODS = {p.value for p in Phase if p is not Phase.NODE}
 
 
 def validate_stage(name: str, stage: Any) -> Stage:

@@ -31,9 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+import anyio
+import anyio.abc
+
 from nodeagent.clock import Clock
 from nodeagent.events import Event, PodRef
 from nodeagent.facts import Fact, FactAccess
+from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
 from nodeagent.stash import Stash
 
@@ -42,6 +46,7 @@ if TYPE_CHECKING:
     from nodeagent.additions import AdditionsAccess
     from nodeagent.objects import ObjectStore
     from nodeagent.runtimeview import PodRuntime
+    from nodeagent.stats import Usage
 
 
 class Verdict(enum.Enum):
@@ -100,12 +105,13 @@ class Phase(enum.Enum):
     UNPREPARE = "unprepare"
     CLEANUP = "cleanup"
     UNRESERVE = "unreserve"
+    NODE = "node"
 
 
 @dataclass(frozen=True)
 class PhaseSpec:
     phase: Phase
-    cycle: Literal["admission", "setup", "running", "teardown"]
+    cycle: Literal["admission", "setup", "running", "teardown", "node"]
     verdicts: frozenset[Verdict]
     """The verdicts a stage may return; anything else is a bug the pipeline reports."""
     undo: Phase | None
@@ -132,6 +138,8 @@ PHASES: tuple[PhaseSpec, ...] = (
     PhaseSpec(Phase.UNPREPARE, "teardown", _NONE, None, "release what prepare made; no container runs any more"),
     PhaseSpec(Phase.CLEANUP, "teardown", _NONE, None, "remove runtime objects and pod directories"),
     PhaseSpec(Phase.UNRESERVE, "teardown", _NONE, None, "give back what reserve claimed"),
+    PhaseSpec(Phase.NODE, "node", _NONE, None,
+              "a node-level task for the agent's life: eviction, garbage collection, shutdown"),
 )
 PHASE_SPECS: Mapping[Phase, PhaseSpec] = {spec.phase: spec for spec in PHASES}
 
@@ -269,7 +277,12 @@ class Stage(ABC):
     ``provides`` / ``requires`` / ``uses``: the per-pod facts (nodeagent.facts) the stage
     publishes, cannot work without, and reads when they are there. The registry checks that
     every required fact has a provider in the profile; ``ctx.facts`` lets a stage touch only
-    what it declared."""
+    what it declared.
+
+    Optional, found by name: ``render_metrics()`` returns the stage's own series (Prometheus
+    text) for /metrics, ``render_probe_metrics()`` its series for the kubelet port's
+    /metrics/probes (the probes stage's prober_probe_*), ``describe()`` what ``nodeagent
+    plugins`` shows of a running agent."""
 
     name: ClassVar[str]
     provides: ClassVar[tuple[Fact[Any], ...]] = ()
@@ -380,6 +393,28 @@ class Cleanup(Stage):
         gone for good. Idempotent; best-effort; runs after unprepare."""
 
 
+class NodeTask(Stage):
+    """A node-wide manager (eviction, garbage collection, graceful shutdown): one task for the
+    agent's life rather than a call per pod. It may also join pod phases (eviction and shutdown
+    admit pods too); it acts on pods only through the :class:`AgentHandle` it was made with
+    (``pods``, ``evict``, ``usage``, node conditions and Events), never through a client.
+
+    Listed in the profile's ``node`` entry; the agent runs :meth:`run` under its supervisor as
+    task ``stage:<name>``."""
+
+    @abstractmethod
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Work until cancelled.
+
+        Called: once, after the runtime answered and before the pod sources start; again after
+        a failure (the supervisor restarts it with back-off), so it must rebuild what it needs
+        from the handle rather than assume the state of a previous run.
+        Report ``task_status.started()`` once ready (soon: the agent's start waits for it).
+        Must contain its own per-cycle failures (log, continue): an exception restarts it.
+        Cancellation: the agent is stopping; nothing needs undoing.
+        """
+
+
 PHASE_BASES: Mapping[Phase, type[Stage]] = {
     Phase.ADMIT: Admit,
     Phase.RESERVE: Reserve,
@@ -391,6 +426,7 @@ PHASE_BASES: Mapping[Phase, type[Stage]] = {
     Phase.STOP: Start,
     Phase.OBSERVE: Observe,
     Phase.CLEANUP: Cleanup,
+    Phase.NODE: NodeTask,
 }
 
 
@@ -399,8 +435,48 @@ def phases_of(stage: Stage | type[Stage]) -> frozenset[Phase]:
     return frozenset(p for p, base in PHASE_BASES.items() if issubclass(cls, base))
 
 
+ACTIVE_STATES = frozenset({PodState.ADMITTED, PodState.PREPARING, PodState.WAITING, PodState.STARTING,
+                           PodState.RUNNING})
+"""Admitted and not yet finished: the pods a node-level manager may evict (the kubelet's active pods)."""
+
+
+@dataclass(frozen=True)
+class PodSnapshot:
+    """One pod as the agent holds it right now (read-only: a copy, not a handle)."""
+
+    ref: PodRef
+    pod: Pod
+    status: Mapping[str, Any]
+    """The status the single writer computed (phase, conditions, container statuses)."""
+    state: PodState
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A condition a node-level manager sets: on a pod (``evict``'s DisruptionTarget) or on the
+    Node (MemoryPressure, DiskPressure, PIDPressure; Ready False while shutting down)."""
+
+    type: str
+    status: bool
+    reason: str = ""
+    message: str = ""
+
+
+ReclaimKind = Literal["images", "containers"]
+"""Node-level reclaim a manager may offer and another may ask for (eviction asks the GC):
+``images`` deletes every unused image (the kubelet's DeleteUnusedImages), ``containers`` every
+dead container, also of terminated pods (DeleteAllUnusedContainers)."""
+
+
 class AgentHandle(Protocol):
-    """Node-level services given to a plugin factory (per-pod services come in PodContext)."""
+    """Node-level services given to a plugin factory (per-pod services come in PodContext).
+
+    The first group every handle has. The second serves node-wide managers (plugins joining
+    ``node``); a handle made for a single stage (the contract suite's) may lack them."""
 
     runtime: RuntimeClient
     clock: Clock
@@ -414,6 +490,44 @@ class AgentHandle(Protocol):
     def settings(self) -> Any: ...
 
     async def publish(self, event: Event) -> None: ...
+
+    # --- for node-wide managers -------------------------------------------------------------
+
+    def usage(self) -> Usage | None:
+        """The latest usage sample (nodeagent.stats: node CPU, memory, filesystems, processes;
+        per pod and container CPU, memory, rootfs, logs, volumes), None before the first."""
+
+    async def usage_changed(self, timeout: float | None = None) -> None:
+        """Return when a new sample is taken (or ``timeout`` passed)."""
+
+    def request_usage(self) -> None:
+        """Ask for a sample now rather than at the next housekeeping tick (after a reclaim)."""
+
+    def pods(self) -> Sequence[PodSnapshot]:
+        """Every pod the agent tracks, with its spec, computed status and lifecycle state."""
+
+    def evict(self, uid: str, *, reason: str, message: str, grace_seconds: int,
+              condition: Condition | None = None) -> anyio.Event | None:
+        """Fail the pod as a whole through its worker, as ``PodContext.fail`` does: its
+        containers are stopped with ``grace_seconds`` (a later deletion may only shorten it),
+        its phase becomes Failed with ``reason`` and ``message`` (and ``condition``, e.g.
+        DisruptionTarget), and nothing of it runs again. Sticky: once accepted, a second call
+        changes nothing. Returns an event set once its containers stopped and its sandbox and
+        volumes were released; None when the pod is not active (unknown, finished, killed)."""
+
+    def set_node_condition(self, condition: Condition) -> None:
+        """Report a Node condition (MemoryPressure, DiskPressure, PIDPressure; Ready False
+        with a reason while shutting down). The Node status writer publishes it at once; the
+        same condition again is no change. Standalone it is kept and shown in /metrics."""
+
+    def node_event(self, type: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        """An Event about the Node (cluster mode; logged in both modes)."""
+
+    def provide_reclaim(self, kind: ReclaimKind, reclaim: Callable[[], Awaitable[int]]) -> None:
+        """Offer a node-level reclaim (returns bytes freed), for :meth:`reclaim`."""
+
+    async def reclaim(self, kind: ReclaimKind) -> int | None:
+        """Run the reclaim some manager offered; None when nobody offers ``kind``."""
 
 
 PluginFactory = Callable[[Mapping[str, Any], AgentHandle], Stage]

@@ -32,7 +32,9 @@ from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline
 from nodeagent.runtimeview import PodRuntime
 from nodeagent.stages import (
+    ACTIVE_STATES,
     Cleanup,
+    Condition,
     NodeInfo,
     Observe,
     Permit,
@@ -64,6 +66,16 @@ UNSAFE_NAMES = "UnsafePodNames"
 """Rejection reason of a pod whose UID, name, namespace, container or volume names cannot be
 host path components (nodeagent/hostpaths.py); the API server never lets one through."""
 RETRY_MAX_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """A node-level manager failed the pod as a whole (AgentHandle.evict): eviction, shutdown."""
+
+    reason: str
+    message: str
+    grace_seconds: int
+    condition: Condition | None = None
 
 
 @dataclass
@@ -207,6 +219,10 @@ class PodWorker:
         self.completed_phase: str | None = None
         self._stopped = False
         self._setup_scope: anyio.CancelScope | None = None
+        self.eviction: Eviction | None = None
+        """Set once a node-level manager failed the pod (sticky, like a kill)."""
+        self.released = anyio.Event()
+        """Set once no container runs and the sandbox, volumes and reservations are released."""
         self.done = anyio.Event()
         self.log = log.bind(pod=str(ref), uid=ref.uid)
         services.status.track(ref, pod)
@@ -232,6 +248,27 @@ class PodWorker:
             self._setup_scope.cancel()
         self.wake.set()
         self.permit_wake.set()
+
+    def evict(self, eviction: Eviction) -> anyio.Event | None:
+        """Fail the pod as a whole for a node-level manager (AgentHandle.evict). Sticky; only
+        an active pod (admitted, not finished, not killed) is evicted. Returns ``released``."""
+        if self.kill_requested or self.eviction is not None or self.completed_phase is not None \
+                or self.state not in ACTIVE_STATES:
+            return None
+        self.eviction = eviction
+        self.log.warning("pod failed by the node", reason=eviction.reason, message=eviction.message,
+                         grace_period_seconds=eviction.grace_seconds)
+        status = self.services.status
+        status.fail(self.ref.uid, eviction.reason, eviction.message)
+        if eviction.condition is not None:
+            c = eviction.condition
+            status.reporter(self.ref.uid).set_condition(c.type, c.status, c.reason, c.message)
+        self.completed_phase = "Failed"
+        if self._setup_scope is not None:
+            self._setup_scope.cancel()
+        self.wake.set()
+        self.permit_wake.set()
+        return self.released
 
     @property
     def pending(self) -> Pod | None:
@@ -279,6 +316,11 @@ class PodWorker:
         outcome = await self._setup_cancellable(self._setup)
         if self.kill_requested:
             return await self._terminate()
+        if self.eviction is not None:
+            # Failed by the node before its containers all started: torn down as a rejection is.
+            self._to(Trigger.FAIL)
+            await self._teardown(grace=self._grace())
+            return await self._rest_until_forgotten()
         if isinstance(outcome, Result) and outcome.verdict is Verdict.REJECT:
             self.services.status.reporter(self.ref.uid).set_pod_reason(outcome.reason, outcome.message)
             self._to(Trigger.FAIL)
@@ -300,6 +342,7 @@ class PodWorker:
             await self._stop(grace=0, announce=False)
             await self._undo(Phase.UNPREPARE)
             await self.services.admission.release(self.pod)
+        self.released.set()
         await self._wait_for_kill()
         await self._terminate()
 
@@ -307,7 +350,7 @@ class PodWorker:
         result: Result | None = None
         with anyio.CancelScope() as scope:
             self._setup_scope = scope
-            if self.kill_requested:
+            if self.kill_requested or self.eviction is not None:
                 scope.cancel()
             result = await step()
         self._setup_scope = None
@@ -454,6 +497,9 @@ class PodWorker:
 
     def _grace(self) -> int:
         grace = self.kill_grace
+        if self.eviction is not None:
+            # The manager's grace overrides the pod's; a deletion may only shorten it.
+            grace = self.eviction.grace_seconds if grace is None else min(grace, self.eviction.grace_seconds)
         if grace is None:
             grace = self.pod.metadata.deletion_grace_period_seconds
         if grace is None:
@@ -499,6 +545,7 @@ class PodWorker:
             await self.services.admission.release(self.pod)
             if self.state is PodState.TERMINATING:
                 self._to(Trigger.TORN_DOWN)
+            self.released.set()
             await self._emit(ev.PodTerminated(phase=self.services.status.get(self.ref.uid).get("phase", "")))
 
     async def _undo(self, phase: Phase, grace: int = 0) -> None:
@@ -529,4 +576,4 @@ class PodWorker:
         await self.services.publish(event.model_copy(update={"pod": self.ref, "source": source, "cause": self.cause}))
 
 
-__all__ = ["PodWorker", "Services", "StageContext", "MINIMUM_GRACE_SECONDS", "Permit"]
+__all__ = ["Eviction", "PodWorker", "Services", "StageContext", "MINIMUM_GRACE_SECONDS", "Permit"]

@@ -39,6 +39,36 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _entry_points_of_this_checkout() -> Iterator[None]:
+    """The built-in plugins pyproject.toml declares, discoverable even when the installed
+    package's metadata is older than this checkout (an editable install made from another
+    worktree): a no-op once the package is reinstalled from here."""
+    import tomllib
+    from importlib.metadata import EntryPoint
+
+    from nodeagent import registry
+
+    declared = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    wanted = declared["project"]["entry-points"][registry.GROUP]
+    real = registry.entry_points
+    missing = [EntryPoint(name, value, registry.GROUP) for name, value in wanted.items()
+               if not any(ep.name == name for ep in real(group=registry.GROUP))]
+    if not missing:
+        yield
+        return
+
+    def with_missing(**kwargs: object) -> object:
+        found = list(real(**kwargs))  # type: ignore[arg-type]
+        return [*found, *missing] if kwargs.get("group") == registry.GROUP else found
+
+    registry.entry_points = with_missing  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        registry.entry_points = real  # type: ignore[assignment]
+
+
 @pytest.fixture(scope="session")
 def containerd(request: pytest.FixtureRequest) -> Iterator[Containerd]:
     """A private containerd (CRI, bridge CNI, busybox and pause images) for the session.

@@ -136,20 +136,24 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
         (env.manifests / "broken.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x\n")
         (env.manifests / "deploy.yaml").write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n")
         (env.manifests / "nocontainers.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: n}\nspec: {}\n")
-        # schedulingGates (the scheduler's business): parsed, not acted upon, harmless: reported.
-        env.write("good.yaml", pod_manifest("good", schedulingGates=[{"name": "example.com/gate"}]))
+        # topologySpreadConstraints (the scheduler's business): parsed, not acted upon, harmless:
+        # reported. (schedulingGates would be too, but a static pod has a nodeName, which the
+        # API server's validation forbids beside gates.)
+        env.write("good.yaml", pod_manifest("good", topologySpreadConstraints=[
+            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]))
         # A raw block device from a persistent volume claim: standalone there is no API server to
-        # read the claim from, and the pod would run without its device: refused.
-        env.write("block.yaml", pod_manifest("block", volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}],
-                                             container={"volumeDevices": [{"name": "v", "devicePath": "/dev/xvda"}]}))
+        # read the claim from, and the pod would run without its device: refused. (The device must
+        # name a claim volume of the pod: the API server's validation, which static pods get.)
+        env.write("block.yaml", pod_manifest("block", container={"volumeDevices": [{"name": "v", "devicePath": "/dev/xvda"}]},
+                                             volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]))
         await env.wait_running("good")
         counters = env.agent.metrics.counters
         await wait_for(lambda: _at_least(counters, "ManifestRejected", 3), what="three ManifestRejected facts")
         chain = env.agent.trace.chain(f"default/good-{env.node}")
         unhonoured = [e for e in chain if e["kind"] == "UnhonouredFieldsFound"]
-        assert unhonoured and unhonoured[0]["fields"] == ["spec.schedulingGates"]
+        assert unhonoured and unhonoured[0]["fields"] == ["spec.topologySpreadConstraints"]
         conditions = {c["type"]: c for c in env.status_of("good")["conditions"]}
-        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.schedulingGates")
+        assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.topologySpreadConstraints")
         block = await wait_for(lambda: _phase(env, "block", "Failed"), what="the pod with a block device refused")
         assert block["reason"] == "UnsupportedVolume"
         assert block["message"] == ('volume "v" is a persistentVolumeClaim volume, which needs the API server, and '
@@ -208,6 +212,42 @@ def test_a_manifest_removed_between_listing_and_stat_is_not_listed(tmp_path: Pat
 
     source = static.StaticPodSource(tmp_path, "node", publish)
     assert [p.name for p in source._list()] == ["kept.yaml"]
+
+
+async def test_a_failing_scan_is_retried_and_does_not_end_the_source(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from nodeagent import events as ev
+    from nodeagent.sources import static
+
+    published: list[ev.Event] = []
+
+    async def publish(event: ev.Event) -> None:
+        published.append(event)
+
+    source = static.StaticPodSource(tmp_path, "node1", publish, poll_seconds=0.01)
+    real = source._reconcile
+    calls = 0
+
+    async def fails_once() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise KeyError("a bug of ours")
+        await real()
+
+    monkeypatch.setattr(source, "_reconcile", fails_once)
+    (tmp_path / "a.yaml").write_text(json.dumps(pod_manifest("a")))
+    async with anyio.create_task_group() as tg:
+        await tg.start(source.run)  # the first scan's reconcile raises: logged, the source goes on
+        await wait_for(lambda: _published(published), 5, "the pod published by a later scan")
+        tg.cancel_scope.cancel()
+    assert calls >= 2
+
+
+async def _published(events: list[Any]) -> bool:
+    return any(getattr(e, "kind", "") == "PodSpecObserved" for e in events)
 
 
 async def test_admission_rejects_with_kubelet_reason(containerd: Any, tmp_path: Path) -> None:
@@ -342,3 +382,197 @@ async def test_each_pods_status_is_a_json_file_under_the_root_dir(containerd: An
 
 async def _file_missing(path: Path) -> bool:
     return not path.exists()
+
+
+KUBECTL_COPY = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  creationTimestamp: 2024-05-01T10:00:00Z
+  labels: {app: copied}
+  name: copied
+  namespace: default
+  resourceVersion: "123456"
+  uid: 0b5d7c3e-1111-4222-8333-944455556666
+  managedFields:
+  - {manager: kubectl-run, operation: Update, time: 2024-05-01T10:00:00Z, fieldsType: FieldsV1, fieldsV1: {}}
+spec:
+  containers:
+  - command: [sh, -c, "trap 'exit 0' TERM; sleep 3600 & wait"]
+    image: IMAGE
+    imagePullPolicy: IfNotPresent
+    name: main
+  nodeName: some-other-node
+  terminationGracePeriodSeconds: 2
+status:
+  conditions:
+  - {lastProbeTime: null, lastTransitionTime: 2024-05-01T10:00:00Z, status: "True", type: Ready}
+  containerStatuses:
+  - {name: main, ready: true, restartCount: 4, state: {running: {startedAt: 2024-05-01T10:00:01Z}}}
+  phase: Running
+  startTime: 2024-05-01T10:00:00Z
+"""
+SECRET = "hunter2-not-for-logs"
+_LAUGHS = "\n".join(["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"] + [
+    f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 10)])
+
+
+def _hostile(name: str, **spec: Any) -> str:
+    import json
+
+    return json.dumps(pod_manifest(name, **spec))
+
+
+HOSTILE = {
+    "laughs.yaml": _LAUGHS,
+    "deep.yaml": "[" * 200_000,
+    "python.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: !!python/object/apply:os.system [touch /tmp/x]\n",
+    "binary.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: b, labels: {x: !!binary aGVsbG8=}}\nspec: {}\n",
+    "set.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: s}\nspec: !!set {a, b}\n",
+    "timestamp.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: t}\nspec: {activeDeadlineSeconds: 2024-01-01}\n",
+    "keys.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: k, labels: {1: a}}\nspec: {}\n",
+    "long.yaml": _hostile("x" * 300),
+    "quantity.yaml": _hostile("q", container={"resources": {"limits": {"cpu": "lots"}}}),
+    "port.yaml": _hostile("port", container={"ports": [{"containerPort": 70000}]}),
+    "secret.yaml": f"apiVersion: v1\nkind: Pod\nmetadata: {{name: sec}}\nspec:\n  containers: [{{name: a, env: "
+                   f"[{{name: X, value: {SECRET}\n",
+}
+
+
+async def test_hostile_manifests_are_rejected_and_a_kubectl_copy_runs(containerd: Any, tmp_path: Path) -> None:
+    """At 1b354e0 each of these stopped the agent (and left its pods running unmanaged)."""
+    from tests.manifest_fuzz import watching_logs
+
+    with watching_logs() as watch:
+        async with running_agent(containerd, tmp_path) as env:
+            env.write("good.yaml", pod_manifest("good"))
+            good = await env.wait_running("good")
+            for name, text in HOSTILE.items():
+                (env.manifests / name).write_text(text)
+            from tests.agent_helpers import BUSYBOX_IMAGE
+
+            (env.manifests / "copy.yaml").write_text(KUBECTL_COPY.replace("IMAGE", BUSYBOX_IMAGE))
+            copied = await env.wait_running("copied")
+            await wait_for(lambda: _all_rejected(watch, env.manifests, HOSTILE), what="every hostile file rejected")
+            reasons = {Path(p).name: r[0] for p, r in watch.rejected.items()}
+            assert reasons == {
+                "laughs.yaml": "ManifestTooLarge", "deep.yaml": "ManifestTooLarge", "python.yaml": "ManifestInvalid",
+                "binary.yaml": "ManifestInvalid", "set.yaml": "ManifestInvalid", "timestamp.yaml": "ManifestInvalid",
+                "keys.yaml": "ManifestInvalid", "long.yaml": "ManifestInvalid", "quantity.yaml": "ManifestInvalid",
+                "port.yaml": "ManifestInvalid", "secret.yaml": "ManifestMalformed"}
+            messages = {Path(p).name: m[0] for p, m in watch.messages.items()}
+            assert messages["port.yaml"].endswith("spec.containers[0].ports[0].containerPort: Invalid value: 70000: "
+                                                  "must be between 1 and 65535, inclusive")
+            assert messages["timestamp.yaml"].endswith('spec.activeDeadlineSeconds: Invalid value: "string": must be '
+                                                       "of type integer")
+            assert SECRET not in repr(watch.messages) and not watch.leaked and not watch.problems
+            # The copy runs as a static pod of this node; its status, UID and resourceVersion are not its own.
+            assert env.uid_of("copied") != "0b5d7c3e-1111-4222-8333-944455556666"
+            status = await wait_for(lambda: _phase(env, "copied", "Running"), what="copy Running")
+            assert status["containerStatuses"][0]["restartCount"] == 0
+            assert copied.labels[L.POD_NAME] == f"copied-{env.node}"
+            assert [c.id for c in await env.running_containers("good")] == [good.id]
+
+
+async def _all_rejected(watch: Any, directory: Path, files: dict[str, str]) -> bool:
+    return all(str(directory / name) in watch.rejected for name in files)
+
+
+async def test_the_largest_grace_period_is_honoured_without_overflow(containerd: Any, tmp_path: Path) -> None:
+    """terminationGracePeriodSeconds 2^63-1 is a valid int64; it used to overflow the
+    StopContainer request (ValueError in the stop phase: the container was never stopped by it)."""
+    from tests.manifest_fuzz import SLEEP, watching_logs
+
+    with watching_logs() as watch:
+        async with running_agent(containerd, tmp_path) as env:
+            env.write("forever.yaml", pod_manifest("forever", SLEEP, terminationGracePeriodSeconds=2**63 - 1,
+                                                   container={"lifecycle": {"preStop": {"sleep": {"seconds": 0}}}}))
+            await env.wait_running("forever")
+            env.remove("forever.yaml")
+            await env.wait_empty(30)  # the container traps SIGTERM and exits at once
+    assert not watch.problems, watch.problems
+
+
+async def test_no_start_is_in_flight_when_the_teardown_lists_the_pod(containerd: Any, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A StartContainer cut off on our side by a kill still completes in containerd. If the stop
+    phase lists the pod's containers meanwhile, it sees this one merely created and does not
+    stop it; containerd's StopPodSandbox skips a starting container too, and the container runs
+    on past the teardown (found by the manifest fuzzer: cleanup's RemoveContainer failed with
+    "cannot delete running task"). So a start, once asked for, is waited for: when the teardown
+    lists the pod, no start of ours is unanswered. Here the runtime takes a second to answer."""
+    from cri import CriError, RuntimeClient
+    from cri import types as ct
+    from tests.manifest_fuzz import SLEEP
+
+    real_start, real_list = RuntimeClient.start_container, RuntimeClient.list_containers
+    in_flight: list[str] = []
+    seen_in_flight: list[list[str]] = []
+    asked, killed = anyio.Event(), anyio.Event()
+
+    async with anyio.create_task_group() as runtime_side:
+        async def slow_start(self: RuntimeClient, container_id: str) -> None:
+            done = anyio.Event()
+
+            async def runtime() -> None:  # the runtime's side: not cancelled by our caller
+                in_flight.append(container_id)
+                try:
+                    await anyio.sleep(1)
+                    await real_start(self, container_id)
+                except (CriError, RuntimeError):  # the sandbox, or the agent's client, is gone by now
+                    pass
+                finally:
+                    in_flight.remove(container_id)
+                    done.set()
+
+            runtime_side.start_soon(runtime)
+            asked.set()
+            await done.wait()
+
+        async def listing(self: RuntimeClient, filter: ct.ContainerFilter | None = None) -> list[Any]:
+            if killed.is_set() and filter is not None and L.POD_UID in (filter.label_selector or {}):
+                seen_in_flight.append(list(in_flight))
+            return await real_list(self, filter)
+
+        monkeypatch.setattr(RuntimeClient, "start_container", slow_start)
+        monkeypatch.setattr(RuntimeClient, "list_containers", listing)
+        async with running_agent(containerd, tmp_path) as env:
+            env.write("late.yaml", pod_manifest("late", SLEEP))
+            await asked.wait()
+            killed.set()
+            env.remove("late.yaml")  # the kill arrives while the start is in flight
+            await env.wait_empty(30)
+    assert seen_in_flight and all(not ids for ids in seen_in_flight), seen_in_flight
+
+
+async def test_the_longest_valid_names_neither_stop_the_agent_nor_loop_on_exceptions(containerd: Any,
+                                                                                    tmp_path: Path) -> None:
+    """A 253-character pod name in a 63-character namespace is valid, yet "<ns>_<name>_<uid>"
+    is longer than a file name may be. The status file used it (ENAMETOOLONG stopped the status
+    writer, and the agent). Host path names that do not fit are shortened with a digest
+    (nodeagent/hostpaths.fit): the status file and the pod's log directory (where the kubelet
+    would fail the pod's sandbox for ever), so the pod runs, and nothing raises."""
+    import json
+
+    from nodeagent.hostpaths import HASH_MARK, MAX_NAME_BYTES
+    from tests.manifest_fuzz import SLEEP, watching_logs
+
+    with watching_logs() as watch:
+        async with running_agent(containerd, tmp_path) as env:
+            name = "a" * (253 - len(env.node) - 1)
+            long = pod_manifest(name, SLEEP, container_name="c" * 63)
+            long["metadata"]["namespace"] = "n" * 63
+            env.write("long.yaml", long)
+            env.write("short.yaml", pod_manifest("short"))
+            await env.wait_running("short")
+            await env.wait_running(name)
+            uid = next(u for u, (ref, *_rest) in env.agent.status.all().items() if ref.namespace == "n" * 63)
+            [status_file] = [p for p in (env.config.root_dir / "pod-status").iterdir() if p.name.startswith("n" * 63)]
+            assert len(status_file.name) == MAX_NAME_BYTES and HASH_MARK in status_file.name
+            assert status_file.name.endswith(".json")
+            status = json.loads(status_file.read_text())
+            assert status["pod"]["uid"] == uid and status["status"]["phase"] == "Running"
+            [log_dir] = [p for p in env.config.pod_logs_dir.iterdir() if p.name.startswith("n" * 63)]
+            assert len(log_dir.name) == MAX_NAME_BYTES and HASH_MARK in log_dir.name
+            assert list(log_dir.iterdir()), "the container logs where the sandbox's log directory says"
+    assert not watch.problems, watch.problems

@@ -17,12 +17,14 @@ import pytest
 from pydantic import ValidationError
 
 from cri import types as t
-from nodeagent.claims import ClaimStore, ResourceClaim
 from nodeagent.events import Event
 from nodeagent.model import Pod
+from nodeagent.objects import FileObjects, kinds
 from nodeagent.sources.static import ManifestError, parse_documents
 from plugins.dra import api, codegen
 from plugins.dra.cdi import CdiError, CdiSpecs
+from plugins.dra.claimfetch import FetchedClaims
+from plugins.dra.resourceclaim import ResourceClaim
 from plugins.dra.claims import ClaimNotReady, pod_claims
 from nodeagent.pluginwatcher import PluginWatcher
 from plugins.dra.registration import DraRegistrations, Drivers
@@ -235,16 +237,33 @@ POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {
     "containers": [{"name": "m", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}]}}
 
 
+def found(*claims: ResourceClaim) -> FetchedClaims:
+    return FetchedClaims({c.key: c for c in claims})
+
+
 def test_static_manifests_carry_resource_claims_beside_pods(tmp_path: Path) -> None:
+    """Standalone, claims are documents beside the pods; the dra stage's check refuses one it
+    cannot read when the file is read; cluster mode takes no object documents at all."""
+    objects = FileObjects()
+    objects.declare(kinds.RESOURCE_CLAIM, ResourceClaim.check)
     text = "\n---\n".join(json.dumps(d) for d in (CLAIM, POD))
-    pods, claims = parse_documents(tmp_path / "f.yaml", text, "node1", 0.0)
+    pods, documents = parse_documents(tmp_path / "f.yaml", text, "node1", 0.0, objects)
     assert [p["metadata"]["name"] for p in pods] == ["p-node1"]
-    [claim] = claims
+    [(kind, document)] = documents
+    claim = ResourceClaim.model_validate(document)
+    assert kind == kinds.RESOURCE_CLAIM
     assert claim.metadata.namespace == "default" and len(claim.metadata.uid) == 32
     assert claim.drivers() == ["gpu.example"]
-    with pytest.raises(ManifestError, match="ManifestInvalid|status"):
+    with pytest.raises(ManifestError, match=r"f\.yaml: line 1, column \d+: status\.allocation\.devices\.results\[0\]\.driver"):
         parse_documents(tmp_path / "f.yaml", json.dumps({**CLAIM, "status": {"allocation": {"devices": {
-            "results": [{"request": "gpu"}]}}}}), "node1", 0.0)
+            "results": [{"request": "gpu"}]}}}}), "node1", 0.0, objects)
+    with pytest.raises(ManifestError, match="not supported in a static pod directory .accepted: v1 Pod; other "
+                                            "objects come from the API server"):
+        parse_documents(tmp_path / "f.yaml", text, "node1", 0.0)
+    with pytest.raises(ManifestError, match=r"metadata\.namespace: Forbidden: not allowed on this type"):
+        parse_documents(tmp_path / "f.yaml", json.dumps({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                                                         "metadata": {"name": "crun", "namespace": "x"},
+                                                         "handler": "crun"}), "node1", 0.0, objects)
 
 
 def test_container_claims_must_name_a_pod_claim() -> None:
@@ -255,30 +274,27 @@ def test_container_claims_must_name_a_pod_claim() -> None:
 
 
 def test_claims_must_be_allocated_and_reserved_for_the_pod() -> None:
-    store = ClaimStore()
+    store = found()
     pod = Pod.model_validate({**POD, "metadata": {"name": "p-node1", "uid": "pod-uid"}})
     with pytest.raises(ClaimNotReady, match="failed to fetch ResourceClaim default/c: not found"):
         pod_claims(pod, store, "node1")
     unallocated = ResourceClaim.model_validate({**CLAIM, "status": {}, "metadata": {"name": "c", "uid": "cu"}})
-    store.replace("file", [unallocated])
+    store = found(unallocated)
     with pytest.raises(ClaimNotReady, match="claim default/c: not allocated"):
         pod_claims(pod, store, "node1")
     other = {**CLAIM["status"], "reservedFor": [{"resource": "pods", "name": "someone-else"}]}  # type: ignore[dict-item]
-    store.replace("file", [ResourceClaim.model_validate({**CLAIM, "status": other, "metadata": {"name": "c",
-                                                                                                "uid": "cu"}})])
+    store = found(ResourceClaim.model_validate({**CLAIM, "status": other, "metadata": {"name": "c", "uid": "cu"}}))
     with pytest.raises(ClaimNotReady, match=r"pod p-node1 \(pod-uid\) is not allowed to use ResourceClaim default/c"):
         pod_claims(pod, store, "node1")
     mine = {**CLAIM["status"], "reservedFor": [{"resource": "pods", "name": "p"}]}  # type: ignore[dict-item]
-    store.replace("file", [ResourceClaim.model_validate({**CLAIM, "status": mine, "metadata": {"name": "c",
-                                                                                               "uid": "cu"}})])
+    store = found(ResourceClaim.model_validate({**CLAIM, "status": mine, "metadata": {"name": "c", "uid": "cu"}}))
     assert [c.uid for c in pod_claims(pod, store, "node1")] == ["cu"]
 
 
 def test_template_claims_are_found_through_the_pod_status() -> None:
     spec = {**POD["spec"], "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "tpl"}]}  # type: ignore[dict-item]
     pod = Pod.model_validate({**POD, "spec": spec})
-    store = ClaimStore()
-    store.replace("file", [ResourceClaim.model_validate({**CLAIM, "metadata": {"name": "p-gpu-x1", "uid": "g"}})])
+    store = found(ResourceClaim.model_validate({**CLAIM, "metadata": {"name": "p-gpu-x1", "uid": "g"}}))
     with pytest.raises(ClaimNotReady, match="status.resourceClaimStatuses has no entry"):
         pod_claims(pod, store, "node1")
     made = pod.model_copy(update={"status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x1"}]}})
@@ -291,18 +307,16 @@ def test_claims_from_the_api_follow_the_kubelets_strict_rules() -> None:
     """A pod from the API server: the claim must be reserved for the pod's UID (a name is not
     enough, nor is an empty reservedFor), and a claim made from a template must be the pod's."""
     pod = Pod.model_validate({**POD, "metadata": {"name": "p", "uid": "pod-uid"}})
-    store = ClaimStore()
 
-    def claim(reserved: list[dict[str, str]], **meta: Any) -> None:
+    def claim(reserved: list[dict[str, str]], **meta: Any) -> FetchedClaims:
         status = {**CLAIM["status"], "reservedFor": reserved}  # type: ignore[dict-item]
-        store.replace("api", [ResourceClaim.model_validate({**CLAIM, "status": status,
-                                                            "metadata": {"name": "c", "uid": "cu", **meta}})])
+        return found(ResourceClaim.model_validate({**CLAIM, "status": status,
+                                                   "metadata": {"name": "c", "uid": "cu", **meta}}))
 
     for reserved in ([], [{"resource": "pods", "name": "p"}], [{"resource": "pods", "name": "p", "uid": "other"}]):
-        claim(reserved)
         with pytest.raises(ClaimNotReady, match=r"pod p \(pod-uid\) is not allowed to use ResourceClaim default/c"):
-            pod_claims(pod, store, "node1", from_api=True)
-    claim([{"resource": "pods", "name": "p", "uid": "pod-uid"}])
+            pod_claims(pod, claim(reserved), "node1", from_api=True)
+    store = claim([{"resource": "pods", "name": "p", "uid": "pod-uid"}])
     assert [c.uid for c in pod_claims(pod, store, "node1", from_api=True)] == ["cu"]
 
     spec = {**POD["spec"], "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "tpl"}]}  # type: ignore[dict-item]
@@ -310,8 +324,9 @@ def test_claims_from_the_api_follow_the_kubelets_strict_rules() -> None:
                                "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "c"}]}})
     with pytest.raises(ClaimNotReady, match=r"ResourceClaim default/c \(cu\) was not created for pod p \(pod-uid\)"):
         pod_claims(made, store, "node1", from_api=True)
-    claim([{"resource": "pods", "name": "p", "uid": "pod-uid"}],
-          ownerReferences=[{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid", "controller": True}])
+    store = claim([{"resource": "pods", "name": "p", "uid": "pod-uid"}],
+                  ownerReferences=[{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid",
+                                    "controller": True}])
     assert [c.uid for c in pod_claims(made, store, "node1", from_api=True)] == ["cu"]
 
 
@@ -320,7 +335,7 @@ async def test_a_template_claim_missing_from_our_copy_of_the_pod_is_looked_up_in
     """The API source publishes spec changes only: when the agent's copy of the pod does not name
     the claim made from a template, the pod's status is read again (and only then)."""
     from nodeagent.objects import FileObjects, kinds
-    from plugins.dra.apiclaims import with_claim_statuses
+    from plugins.dra.claimfetch import with_claim_statuses
 
     spec = {**POD["spec"], "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "tpl"}]}  # type: ignore[dict-item]
     pod = Pod.model_validate({**POD, "spec": spec, "metadata": {"name": "p", "uid": "pod-uid"}})

@@ -22,7 +22,7 @@ import anyio
 import pytest
 import structlog
 
-from tests.agent_helpers import BUSYBOX_IMAGE, wait_for
+from tests.agent_helpers import BUSYBOX_IMAGE
 from tests.test_apivolumes import cluster_node
 
 pytestmark = pytest.mark.anyio

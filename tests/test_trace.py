@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from nodeagent import events as ev
-from nodeagent.trace import MAX_STRING, Trace
+from nodeagent.trace import MAX_STRING, PODS, Trace
 
 
 def _spec(name: str, secret: str = "", padding: int = 0) -> ev.PodSpecObserved:
@@ -48,3 +48,13 @@ def test_each_pod_and_all_pods_stay_within_their_byte_budgets() -> None:
     assert trace.size <= 64 * 1024
     assert trace.chain("pod1999") and not trace.chain("pod0"), "the least recently updated pods go first"
     assert trace.resolve("default/pod0") is None, "their names go with them"
+
+
+def test_a_name_taken_over_by_a_newer_pod_stays_the_newer_pods() -> None:
+    trace = Trace()
+    trace.record(ev.PodAdmitted(source="worker", pod=ev.PodRef(uid="old", namespace="ns", name="web")))
+    trace.record(ev.PodAdmitted(source="worker", pod=ev.PodRef(uid="new", namespace="ns", name="web")))
+    for i in range(PODS - 1):  # the least recently updated pod ("old") goes, "new" stays
+        trace.record(ev.PodAdmitted(source="worker", pod=ev.PodRef(uid=f"u{i}", namespace="ns", name=f"p{i}")))
+    assert trace.chain("new") and not trace.chain("old")
+    assert trace.resolve("ns/web") == "new"

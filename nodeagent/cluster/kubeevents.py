@@ -3,8 +3,8 @@
 Each Event is in the pod's namespace, names the pod (and the container, as ``fieldPath``
 ``spec.containers{name}``), and says ``source.component: kubelet`` and ``host: <node>``, with the
 kubelet's reasons and wording: Pulled, Created, Started, Killing, BackOff, Unhealthy,
-ProbeWarning, FailedMount, Failed, FailedPostStartHook, FailedPreStopHook, and a pod's admission
-rejection reason. (Scheduled is the scheduler's. Pulling is not sent: no fact marks the start of
+ProbeWarning, FailedMount, Failed, FailedPostStartHook, FailedPreStopHook, Evicted, and a pod's
+admission rejection reason. (Scheduled is the scheduler's. Pulling is not sent: no fact marks the start of
 a pull, only its end.)
 
 Events are best effort and must never slow a pod down: the bus subscriber only translates and

@@ -12,10 +12,12 @@ Conditions, with the kubelet's reasons and messages:
 * Ready: True (KubeletReady) when the runtime answers CRI Status with RuntimeReady and
   NetworkReady, and the relister is healthy and recent; else False (KubeletNotReady) saying
   which check failed.
-* MemoryPressure / DiskPressure: measured against the kubelet's default hard eviction
-  thresholds (memory.available < 100Mi, nodefs.available < 10% of the filesystem holding
-  rootDir). nodeagent does not evict; the condition tells the scheduler not to add more.
-* PIDPressure: False (KubeletHasSufficientPID): the kubelet has no default PID threshold either.
+* MemoryPressure / DiskPressure / PIDPressure: as the eviction stage reports them
+  (plugins/eviction: its thresholds and pressure transition period) through the node
+  conditions store (nodeagent.nodeconditions); False with the kubelet's reasons while nothing
+  reported them. A change is written at once, not at the next period.
+* Ready is also False (KubeletNotReady) while a stage reports it so: the shutdown stage's
+  "node is shutting down".
 
 kubeletVersion is ``v1.37.2+nodeagent.<version>``: the Kubernetes API level we implement and
 test against, with our own identity as semver build metadata (as k3s reports ``v1.30.2+k3s1``).
@@ -42,7 +44,8 @@ from nodeagent import __version__, quantity
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.cluster.apicalls import describe, is_conflict, is_not_found
 from nodeagent.config import AgentConfig
-from nodeagent.stages import NodeInfo
+from nodeagent.nodeconditions import NodeConditions
+from nodeagent.stages import Condition, NodeInfo
 from nodeagent.status import rfc3339
 
 log = structlog.get_logger("nodeagent.cluster.node")
@@ -62,8 +65,7 @@ KUBELET_VERSION = f"{KUBE_VERSION}+nodeagent.{__version__}"
 PLEG_THRESHOLD_SECONDS = 180.0  # the kubelet's genericPlegRelistThreshold
 MAX_NAMES_PER_IMAGE = 5  # the kubelet's MaxNamesPerImageInNodeStatus
 RUNTIME_CHECK_SECONDS = 5.0
-EVICTION_HARD_MEMORY = 100 * 2**20  # memory.available<100Mi
-EVICTION_HARD_NODEFS = 0.10  # nodefs.available<10%
+EVICTION_HARD_NODEFS = 0.10  # nodefs.available<10%: the ephemeral-storage allocatable leaves it out
 RETRY_INITIAL_SECONDS = 0.5
 RETRY_MAX_SECONDS = 8.0
 ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
@@ -161,7 +163,7 @@ class NodeStatus:
     def __init__(self, api: Any, config: AgentConfig, node: NodeInfo, runtime: RuntimeClient,
                  relister_health: Callable[[], tuple[bool, float]], clock: Clock | None = None,
                  record_event: Callable[[str, str, str], None] | None = None,
-                 kubelet_port: Callable[[], int] | None = None,
+                 kubelet_port: Callable[[], int] | None = None, conditions: NodeConditions | None = None,
                  volumes_in_use: Callable[[], list[str]] | None = None) -> None:
         self._api = api
         self._config = config
@@ -170,6 +172,8 @@ class NodeStatus:
         self._relister_health = relister_health
         self._clock = clock or SystemClock()
         self._record_event = record_event
+        self._conditions = conditions or NodeConditions()
+        """Conditions node-level managers report (pressures, Ready while shutting down)."""
         self._kubelet_port = kubelet_port or (lambda: config.port)
         """Where the kubelet API listens (the bound port when ``port`` is 0)."""
         self._volumes_in_use = volumes_in_use or (lambda: [])
@@ -205,7 +209,8 @@ class NodeStatus:
                     await self.register()
                 await self.update()
                 delay = RETRY_INITIAL_SECONDS
-                await self._clock.sleep(self._config.node_status_update_frequency)
+                # A reported condition (pressure, shutdown) is written at once.
+                await self._conditions.wait_changed(self._config.node_status_update_frequency)
             except Exception as exc:  # noqa: BLE001 - the API server is away: retry, keep the node running
                 log.warning("node status not written; retrying", error=describe(exc), retry_in=delay)
                 await self._clock.sleep(delay)
@@ -284,7 +289,7 @@ class NodeStatus:
             await self._version()
         capacity, allocatable = resources(self._config, self._node)
         ready, message = await self._readiness()
-        conditions = [self._condition(t, pressure) for t, pressure in self._pressures().items()]
+        conditions = [self._condition(t, reported) for t, reported in self._pressures().items()]
         conditions.append({"type": "Ready", "status": "True" if ready else "False",
                            "reason": "KubeletReady" if ready else "KubeletNotReady",
                            "message": "kubelet is posting ready status" if ready else message})
@@ -346,6 +351,9 @@ class NodeStatus:
                     text = cond.message if cond else "the runtime did not report it"
                     what = "network" if kind == "NetworkReady" else "runtime"
                     problems.append(f"container runtime {what} not ready: {kind}=false reason:{reason} message:{text}")
+        reported = self._conditions.get("Ready")
+        if reported is not None and not reported.status:
+            problems.append(reported.message or reported.reason)
         healthy, last = self._relister_health()
         age = time.time() - last if last else None
         if not healthy or age is None or age > PLEG_THRESHOLD_SECONDS:
@@ -353,20 +361,16 @@ class NodeStatus:
             problems.append(f"PLEG is not healthy: pleg {seen}; threshold is {PLEG_THRESHOLD_SECONDS:.0f}s")
         return not problems, "; ".join(problems)
 
-    def _pressures(self) -> dict[str, bool]:
-        memory = _meminfo().get("MemAvailable")
-        size, available = _filesystem(self._config.root_dir)
-        return {
-            "MemoryPressure": memory is not None and memory < EVICTION_HARD_MEMORY,
-            "DiskPressure": size > 0 and available < size * EVICTION_HARD_NODEFS,
-            "PIDPressure": False,
-        }
+    def _pressures(self) -> dict[str, Condition | None]:
+        return {kind: self._conditions.get(kind) for kind in _CONDITIONS}
 
     @staticmethod
-    def _condition(kind: str, pressure: bool) -> dict[str, str]:
+    def _condition(kind: str, reported: Condition | None) -> dict[str, str]:
         no_reason, no_message, yes_reason, yes_message = _CONDITIONS[kind]
-        return {"type": kind, "status": "True" if pressure else "False",
-                "reason": yes_reason if pressure else no_reason, "message": yes_message if pressure else no_message}
+        pressure = reported is not None and reported.status
+        reason = (reported.reason if reported is not None else "") or (yes_reason if pressure else no_reason)
+        message = (reported.message if reported is not None else "") or (yes_message if pressure else no_message)
+        return {"type": kind, "status": "True" if pressure else "False", "reason": reason, "message": message}
 
     def _stamp(self, status: Mapping[str, Any]) -> dict[str, Any]:
         now = rfc3339(self._clock.now())

@@ -7,6 +7,8 @@
     GET|POST /exec/{ns}/{pod}[/{uid}]/{container}       command=... input output error tty
     GET|POST /attach/{ns}/{pod}[/{uid}]/{container}     input output error tty
     GET|POST /portForward/{ns}/{pod}[/{uid}]            port (websocket only)
+    GET|POST /stats/summary, GET /metrics, /metrics/{resource,cadvisor,probes}, /configz
+                                                        (nodestats.py)
 
 Every request is authenticated (authn.py: x509, TokenReview, anonymous), then authorized
 (authz.py: SubjectAccessReview or AlwaysAllow), then routed: 401 ``Unauthorized``, 403
@@ -36,7 +38,7 @@ from cri import types as t
 from nodeagent import logreader as lr
 from nodeagent.config import AgentConfig
 from nodeagent.events import PodRef
-from nodeagent.kubeletserver import authn, authz, containerlogs, streams
+from nodeagent.kubeletserver import authn, authz, containerlogs, nodestats, streams
 from nodeagent.kubeletserver.certs import server_context, serving_pair
 from nodeagent.listener import MAX_CONNECTIONS, ConnectionLimit, Slot, accept_loop
 from nodeagent.kubeletserver.wire import BadRequest, Request, StatusRecorder, read_request, respond
@@ -99,12 +101,16 @@ class KubeletServer:
 
     def __init__(self, config: AgentConfig, *, status: StatusWriter, relister: Relister, runtime: RuntimeClient,
                  healthz: Callable[[], tuple[bool, str]], api: Any = None,
-                 max_connections: int | None = None) -> None:
+                 max_connections: int | None = None, reads: nodestats.NodeReads | None = None) -> None:
         self._config = config
         self._status = status
         self._relister = relister
         self._runtime = runtime
         self._healthz = healthz
+        self._reads = reads
+        """The node's stats and metrics (None: those endpoints answer 404)."""
+        self.requests: dict[tuple[str, str, str], int] = {}
+        """kubelet_http_requests_total: (method, path, long_running) -> count."""
         self._context: ssl.SSLContext | None = None
         self._client_ca = authn.client_ca(config)
         self.authenticator = authn.build(config, api, self._client_ca)
@@ -163,6 +169,12 @@ class KubeletServer:
         lines.append("# TYPE nodeagent_kubelet_api_requests_total counter")
         for decision, count in sorted(self.decisions.items()):
             lines.append(f'nodeagent_kubelet_api_requests_total{{decision="{decision}"}} {count}')
+        lines.append("# HELP kubelet_http_requests_total [ALPHA] Number of the http requests received since the "
+                     "server started")
+        lines.append("# TYPE kubelet_http_requests_total counter")
+        for (method, path, long_running), count in sorted(self.requests.items()):
+            lines.append(f'kubelet_http_requests_total{{long_running="{long_running}",method="{method}",'
+                         f'path="{path}",server_type="readwrite"}} {count}')
         lines.append("# TYPE nodeagent_kubelet_api_reviews_total counter")
         if reviewer is not None:
             lines.append(f'nodeagent_kubelet_api_reviews_total{{kind="TokenReview"}} {reviewer.sent}')
@@ -244,6 +256,8 @@ class KubeletServer:
     def _log_request(self, request: Request, outcome: _Outcome, status: int | None, seconds: float) -> None:
         # The path only: queries carry exec commands; headers carry tokens.
         self.decisions[outcome.decision] = self.decisions.get(outcome.decision, 0) + 1
+        key = (request.method, _path_label(request), _long_running(request))
+        self.requests[key] = self.requests.get(key, 0) + 1
         user = outcome.user
         log.info("kubelet API request", user=user.name if user else None,
                  groups=",".join(user.groups) if user else None, verb=outcome.verb, method=request.method,
@@ -253,7 +267,15 @@ class KubeletServer:
         parts = request.segments()
         head = parts[0] if parts else ""
         streaming = head in ("exec", "attach", "portForward")
-        allowed = ("GET", "POST") if streaming else ("GET",)
+        allowed: tuple[str, ...] = ("GET", "POST") if streaming else ("GET",)
+        node_path = request.path.rstrip("/") or "/"
+        if self._reads is not None and node_path in nodestats.PATHS:
+            allowed = nodestats.PATHS[node_path]
+            if request.method not in allowed:
+                await respond(client, 405, "Method Not Allowed", extra=[("Allow", ", ".join(allowed))])
+                return
+            await nodestats.serve(client, request, self._reads)
+            return
         known = request.path in ("/healthz", "/pods") or head in ("containerLogs", "exec", "attach", "portForward")
         if not known:
             await respond(client, 404, "404 page not found\n")
@@ -395,6 +417,25 @@ class _Outcome:
         self.decision = "error"
         self.user: authn.UserInfo | None = None
         self.verb: str | None = None
+
+
+def _path_label(request: Request) -> str:
+    """The kubelet's ``path`` label: the first segment, ``metrics/<x>`` for metrics, else other."""
+    parts = [p for p in request.path.split("/") if p]
+    if not parts:
+        return "other"
+    if parts[0] == "metrics" and len(parts) > 1:
+        return f"metrics/{parts[1]}"
+    known = ("pods", "stats", "metrics", "logs", "healthz", "configz", "containerLogs", "exec", "attach",
+             "portForward", "run", "runningpods", "checkpoint")
+    return parts[0] if parts[0] in known else "other"
+
+
+def _long_running(request: Request) -> str:
+    """Streams and followed logs are long running (the kubelet's isLongRunningRequest)."""
+    head = request.segments()[0] if request.segments() else ""
+    follow = head == "containerLogs" and request.param("follow") in ("true", "1")
+    return "true" if head in ("exec", "attach", "portForward") or follow else "false"
 
 
 def _default_max_connections() -> int:

@@ -21,7 +21,7 @@ The core runs the store (``run``) under its supervisor; the backends are
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import anyio
@@ -42,6 +42,10 @@ class ObjectStore(Protocol):
         views are simply kept)."""
 
     def release(self, view: View) -> None: ...
+
+    def declare(self, kind: Kind, check: Callable[[Snapshot], object] | None = None) -> None:
+        """A stage reads ``kind``: standalone, manifests beside the static pods may hold it
+        (each passed through ``check`` when read); with an API server, nothing to do."""
 
     async def get(self, kind: Kind, name: str, namespace: str | None = None, *,
                   max_age: float | None = None) -> Snapshot | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +92,9 @@ class ApiObjects:
                 self._tg.start_soon(self._feed, feed, name=f"objects:{scope}")
         feed.view.users += 1
         return feed.view
+
+    def declare(self, kind: Kind, check: Callable[[Snapshot], object] | None = None) -> None:
+        """Objects come from the API server, which validated them: nothing to declare."""
 
     def release(self, view: View) -> None:
         """The holder no longer needs ``view``; the last one's release stops its watch."""

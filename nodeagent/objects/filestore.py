@@ -9,7 +9,7 @@ to: they fail with :class:`ObjectError` (code None), which stages treat as "no A
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -20,6 +20,10 @@ from nodeagent.objects.view import Scope, Snapshot, View
 
 MANIFEST_KINDS: tuple[Kind, ...] = (RESOURCE_CLAIM, POD_GROUP, WORKLOAD, RUNTIME_CLASS)
 """Kinds a static pod directory may hold besides pods (plugins may declare more)."""
+
+Check = Callable[[Snapshot], object]
+"""A reader's check of one document of its kind: raises ValueError (a pydantic ValidationError
+is one) saying what is wrong, so that the manifest is rejected with the reason, not read later."""
 
 
 def matches(scope: Scope, obj: Snapshot) -> bool:
@@ -42,14 +46,27 @@ class FileObjects:
 
     def __init__(self, kinds: Iterable[Kind] = MANIFEST_KINDS) -> None:
         self._kinds: dict[tuple[str, str], Kind] = {(k.group, k.kind): k for k in kinds}
+        self._checks: dict[Kind, Check] = {}
         self._objects: dict[Kind, list[Snapshot]] = {}
         self._views: dict[Scope, View] = {}
 
     # --- what manifests may hold -------------------------------------------------------------
 
-    def declare(self, kind: Kind) -> None:
-        """A plugin reads this kind: documents of it in the manifest directory are objects."""
+    def declare(self, kind: Kind, check: Check | None = None) -> None:
+        """A plugin reads this kind: documents of it in the manifest directory are objects,
+        each one passed through ``check`` (if given) when its file is read."""
         self._kinds.setdefault((kind.group, kind.kind), kind)
+        if check is not None:
+            self._checks[kind] = check
+
+    def kinds(self) -> list[Kind]:
+        return list(self._kinds.values())
+
+    def check(self, kind: Kind, obj: Snapshot) -> None:
+        """Raises ValueError when the reader of ``kind`` cannot use ``obj``."""
+        check = self._checks.get(kind)
+        if check is not None:
+            check(obj)
 
     def kind_of(self, api_version: object, kind: object) -> Kind | None:
         """The declared kind a document's apiVersion and kind name, if any (and its version is

@@ -12,8 +12,6 @@ error, because bad input must not lose a running pod.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -23,104 +21,18 @@ from typing import Any
 
 import anyio
 import structlog
-import yaml
-from pydantic import ValidationError
 
 from nodeagent import events as ev
-from nodeagent import labels as L
-from nodeagent.claims import API_VERSIONS as CLAIM_API_VERSIONS
-from nodeagent.claims import ClaimStore, ResourceClaim
-from nodeagent.model import Pod
+from nodeagent.objects.filestore import FileObjects
+from nodeagent.sources.manifest import MAX_MANIFEST_BYTES, ManifestError
+from nodeagent.sources.staticpod import FileObject, parse_documents, parse_manifest, static_pod_uid
 
 log = structlog.get_logger("nodeagent.sources.static")
 
-MAX_MANIFEST_BYTES = 10 * 1024 * 1024  # the kubelet's limit per file
+__all__ = ["MAX_MANIFEST_BYTES", "ManifestError", "StaticPodSource", "parse_documents", "parse_manifest",
+           "static_pod_uid"]
+
 POLL_SECONDS = 0.25  # a stat of each file: cheap, and a new manifest starts within a quarter second
-
-
-def static_pod_uid(document: dict[str, Any], node_name: str, path: Path) -> str:
-    digest = hashlib.sha256()
-    digest.update(json.dumps(document, sort_keys=True, separators=(",", ":")).encode())
-    digest.update(f"host:{node_name}".encode())
-    digest.update(f"file:{path}".encode())
-    return digest.hexdigest()[:32]
-
-
-class ManifestError(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-def parse_manifest(path: Path, text: str, node_name: str, seen_at: float) -> list[dict[str, Any]]:
-    """Turn one file into static pods (as dicts ready for PodSpecObserved); raises ManifestError."""
-    return parse_documents(path, text, node_name, seen_at)[0]
-
-
-def parse_documents(path: Path, text: str, node_name: str,
-                    seen_at: float) -> tuple[list[dict[str, Any]], list[ResourceClaim]]:
-    """One file's static pods and ResourceClaims (standalone DRA: claims with their allocation
-    sit beside the pods that use them); raises ManifestError."""
-    try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise ManifestError("ManifestMalformed", f"{path}: not valid YAML or JSON: {exc}") from None
-    pods = []
-    claims: list[ResourceClaim] = []
-    for index, doc in enumerate(documents):
-        where = f"{path}" + (f" (document {index + 1})" if len(documents) > 1 else "")
-        if not isinstance(doc, dict):
-            raise ManifestError("ManifestMalformed", f"{where}: a document must be a mapping, not {type(doc).__name__}")
-        kind, api = doc.get("kind"), doc.get("apiVersion")
-        if kind == "ResourceClaim" and api in CLAIM_API_VERSIONS:
-            claims.append(_parse_claim(doc, where, node_name, path))
-            continue
-        if kind != "Pod" or api not in ("v1", None):
-            raise ManifestError(
-                "UnsupportedKind",
-                f"{where}: kind {kind!r} apiVersion {api!r} is not supported in a static pod directory "
-                f"(only v1 Pod and {', '.join(sorted(CLAIM_API_VERSIONS))} ResourceClaim)",
-            )
-        try:
-            pod = Pod.model_validate(doc)
-        except ValidationError as exc:
-            details = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-            )
-            raise ManifestError("ManifestInvalid", f"{where}: {details}") from None
-        if not pod.metadata.name:
-            raise ManifestError("ManifestInvalid", f"{where}: metadata.name is required")
-        uid = pod.metadata.uid or static_pod_uid(doc, node_name, path)
-        metadata = dict(doc.get("metadata") or {})
-        metadata.update(
-            name=f"{pod.metadata.name}-{node_name.lower()}",
-            namespace=pod.metadata.namespace or "default",
-            uid=uid,
-            annotations={
-                **(metadata.get("annotations") or {}),
-                L.CONFIG_SOURCE: "file",
-                L.CONFIG_HASH: uid,
-                L.CONFIG_SEEN: time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime(seen_at)),
-            },
-        )
-        spec = dict(doc["spec"])
-        spec["nodeName"] = node_name
-        pods.append({**doc, "metadata": metadata, "spec": spec})
-    return pods, claims
-
-
-def _parse_claim(doc: dict[str, Any], where: str, node_name: str, path: Path) -> ResourceClaim:
-    try:
-        claim = ResourceClaim.model_validate(doc)
-    except ValidationError as exc:
-        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ManifestError("ManifestInvalid", f"{where}: {details}") from None
-    if not claim.metadata.name:
-        raise ManifestError("ManifestInvalid", f"{where}: metadata.name is required")
-    # Like a static pod's: derived from content, so an edited claim is a new object.
-    uid = claim.metadata.uid or static_pod_uid(doc, node_name, path)
-    meta = claim.metadata.model_copy(update={"uid": uid, "namespace": claim.metadata.namespace or "default"})
-    return claim.model_copy(update={"metadata": meta})
 
 
 @dataclass
@@ -128,7 +40,7 @@ class _FileState:
     signature: tuple[int, int, int]
     pods: list[dict[str, Any]]
     error: str = ""
-    claims: list[ResourceClaim] = field(default_factory=list)
+    objects: list[FileObject] = field(default_factory=list)
 
 
 @dataclass
@@ -138,21 +50,23 @@ class StaticPodSource:
     publish: Callable[[ev.Event], Awaitable[None]]
     full_rescan_seconds: float = 20.0
     poll_seconds: float = POLL_SECONDS
-    claims: ClaimStore | None = None
-    """Where the ResourceClaim manifests of the directory go (for the dra stage)."""
+    objects: FileObjects | None = None
+    """Standalone: where the object documents of the directory go (ResourceClaims, RuntimeClasses,
+    ... for the stages that read them); None in cluster mode, where objects come from the API."""
     _files: dict[Path, _FileState] = field(default_factory=dict)
     _wanted: dict[str, dict[str, Any]] = field(default_factory=dict)
     _list_failing: bool = False  # the directory could not be listed last time (reported once)
     listed: bool = False
     """A scan of the directory succeeded and was published (the runtime replay may trust
     wanted(); an unreadable directory at start must not make its pods orphans)."""
+    _reconcile_pending: bool = False
 
     def wanted(self) -> set[str]:
         return set(self._wanted)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Scan, publish the initial set, report started, then keep watching."""
-        await self.scan(force=True)
+        await self._scan_guarded(force=True)
         task_status.started()
         last_full = time.monotonic()
         while True:
@@ -160,7 +74,15 @@ class StaticPodSource:
             force = time.monotonic() - last_full >= self.full_rescan_seconds
             if force:
                 last_full = time.monotonic()
+            await self._scan_guarded(force=force)
+
+    async def _scan_guarded(self, force: bool) -> None:
+        # A bug of ours in one scan must not end the source (and with it the agent): the pods
+        # already wanted stay wanted, and the next poll tries again.
+        try:
             await self.scan(force=force)
+        except Exception:
+            log.exception("static pod scan failed; keeping the pods and retrying", path=str(self.directory))
 
     async def scan(self, force: bool = False) -> None:
         try:
@@ -189,8 +111,10 @@ class StaticPodSource:
                 continue  # a forced rescan only matters for files whose stat we could not trust
             changed = True
             await self._load(path, signature, state)
-        if changed:
+        if changed or self._reconcile_pending:
+            self._reconcile_pending = True  # until it completes (a failed one is tried again)
             await self._reconcile()
+            self._reconcile_pending = False
         self.listed = True
 
     def _list(self) -> dict[Path, tuple[int, int, int]]:
@@ -209,28 +133,42 @@ class StaticPodSource:
             out[Path(entry.path)] = (st.st_mtime_ns, st.st_size, st.st_ino)
         return out
 
+    def _read_and_parse(self, path: Path, size: int) -> tuple[list[dict[str, Any]], list[FileObject]]:
+        """In a worker thread: reading and parsing a large file must not stall the event loop."""
+        if size > MAX_MANIFEST_BYTES:
+            raise ManifestError("ManifestTooLarge", f"{path}: {size} bytes is over the 10 MiB limit")
+        with path.open("rb") as file:
+            data = file.read(MAX_MANIFEST_BYTES + 1)  # the file may have grown since its stat
+        return parse_documents(path, data, self.node_name, time.time(), self.objects)
+
     async def _load(self, path: Path, signature: tuple[int, int, int], previous: _FileState | None) -> None:
         try:
-            if signature[1] > MAX_MANIFEST_BYTES:
-                raise ManifestError("ManifestTooLarge", f"{path}: {signature[1]} bytes is over the 10 MiB limit")
-            text = await anyio.to_thread.run_sync(path.read_text)
-            pods, claims = parse_documents(path, text, self.node_name, time.time())
-        except (ManifestError, OSError, UnicodeDecodeError) as exc:
-            reason = exc.reason if isinstance(exc, ManifestError) else "ManifestUnreadable"
+            pods, objects = await anyio.to_thread.run_sync(self._read_and_parse, path, signature[1])
+        except Exception as exc:
+            if isinstance(exc, ManifestError):
+                reason, message = exc.reason, str(exc)
+            elif isinstance(exc, OSError):
+                reason, message = "ManifestUnreadable", f"{path}: {exc.strerror or type(exc).__name__}"
+            else:
+                # A bug of ours, not the manifest's fault: reported (with the traceback, which
+                # shows our code, not the file), and the agent goes on.
+                log.exception("static pod manifest could not be loaded", path=str(path))
+                reason, message = "InternalError", f"{path}: internal error while loading ({type(exc).__name__})"
             kept = previous.pods if previous is not None else []
-            message = str(exc)
             if kept:
                 message += " (the last valid version keeps running)"
             log.error("static pod manifest rejected", path=str(path), reason=reason, error=message)
             await self.publish(ev.ManifestRejected(source="sources", path=str(path), reason=reason, message=message))
-            self._files[path] = _FileState(signature, kept, message, previous.claims if previous is not None else [])
+            self._files[path] = _FileState(signature, kept, message, previous.objects if previous is not None else [])
             return
-        self._files[path] = _FileState(signature, pods, claims=claims)
+        self._files[path] = _FileState(signature, pods, objects=objects)
 
     async def _reconcile(self) -> None:
-        if self.claims is not None:
+        if self.objects is not None:
             # Before the pods: a new pod's claims must be there when it is prepared.
-            self.claims.replace("file", [c for _, state in sorted(self._files.items()) for c in state.claims])
+            for kind in self.objects.kinds():
+                self.objects.replace(kind, [obj for _, state in sorted(self._files.items())
+                                            for of_kind, obj in state.objects if of_kind == kind])
         wanted: dict[str, dict[str, Any]] = {}
         names: dict[str, Path] = {}
         for path, state in sorted(self._files.items()):

@@ -3,6 +3,6 @@ and the host), and the kubelet's read APIs built from it (:mod:`nodeagent.stats.
 /stats/summary and /metrics/resource)."""
 
 from nodeagent.stats.collector import Usage, UsageCollector
-from nodeagent.stats.summary import resource_metrics, summary
+from nodeagent.stats.summary import resource_metrics, summary, volume_stats_metrics
 
-__all__ = ["Usage", "UsageCollector", "resource_metrics", "summary"]
+__all__ = ["Usage", "UsageCollector", "resource_metrics", "summary", "volume_stats_metrics"]

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import anyio
 import structlog
@@ -91,6 +92,10 @@ class ContainerUsage:
     memory: Memory | None
     rootfs: Fs | None = None
     logs: Fs | None = None
+    id: str = ""
+    """The runtime's container ID (cAdvisor's ``name`` label)."""
+    image: str = ""
+    """The image the container runs, as the pod asked for it (cAdvisor's ``image`` label)."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,9 @@ class NodeUsage:
     container_fs: Fs | None
     max_pid: int | None
     processes: int
+    """Running tasks (threads), what pid.available counts against ``max_pid``."""
+    dedicated_image_fs: bool | None = None
+    """The runtime's image filesystem is not the one holding rootDir (None: unknown)."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,7 @@ class UsageCollector:
     error: str = ""
     """Why the last sample is missing pod figures ("" when the runtime answered)."""
     samples: int = 0
+    last_sample_seconds: float = 0.0
     _previous_cpu: dict[str, Cpu] = field(default_factory=dict)
     _dirs: dict[Path, _DirUsage] = field(default_factory=dict)
     _wake: anyio.Event = field(default_factory=anyio.Event)
@@ -199,19 +208,43 @@ class UsageCollector:
     walked, and a PVC's volume is not the pod's ephemeral storage."""
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        await self.sample()
+        """Sample now, then every housekeeping period or when asked (``request``). Reports
+        started at once: nothing in the agent's start waits for the first sample."""
         task_status.started()
         while True:
+            try:
+                await self.sample()
+            except OSError as exc:  # a host file that cannot be read: next period, not a restart
+                self.error = str(exc)
+                log.warning("usage sample failed", error=self.error)
             with anyio.move_on_after(self.housekeeping_seconds):
                 await self._wake.wait()
             self._wake = anyio.Event()
-            await self.sample()
 
     def request(self) -> None:
         """Sample now rather than at the next tick (eviction after it killed a pod)."""
         self._wake.set()
 
+    def render_metrics(self) -> str:
+        """nodeagent_stats_* series for /metrics: how many samples, how long the last took."""
+        return ("# HELP nodeagent_stats_samples_total Usage samples taken (nodeagent.stats).\n"
+                "# TYPE nodeagent_stats_samples_total counter\n"
+                f"nodeagent_stats_samples_total {self.samples}\n"
+                "# HELP nodeagent_stats_sample_seconds Seconds the last usage sample took.\n"
+                "# TYPE nodeagent_stats_sample_seconds gauge\n"
+                f"nodeagent_stats_sample_seconds {self.last_sample_seconds:.6f}\n"
+                "# HELP nodeagent_stats_runtime_error 1 when the last sample lacked the runtime's figures.\n"
+                "# TYPE nodeagent_stats_runtime_error gauge\n"
+                f"nodeagent_stats_runtime_error {1 if self.error else 0}\n")
+
     async def sample(self) -> Usage:
+        begin = time.monotonic()
+        try:
+            return await self._sample()
+        finally:
+            self.last_sample_seconds = time.monotonic() - begin
+
+    async def _sample(self) -> Usage:
         now = time.time()
         node = await anyio.to_thread.run_sync(self._node, now)
         node = replace(node, **await self._runtime_filesystems(now))
@@ -240,16 +273,32 @@ class UsageCollector:
         except CriError as exc:
             if getattr(exc.code, "name", "") == "UNIMPLEMENTED":
                 return []  # pod figures are then the sum of the containers'
+            if "not in ready state" in str(exc):
+                # containerd 1.6 fails the whole call when one sandbox is stopped (a completed
+                # pod's): the containers' figures still stand; pod network and process counts
+                # are missing until that sandbox goes.
+                log.debug("pod sandbox stats unavailable", error=str(exc))
+                return []
             raise
 
-    async def _runtime_filesystems(self, now: float) -> dict[str, Fs | None]:
+    async def _runtime_filesystems(self, now: float) -> dict[str, Any]:
         try:
             with anyio.fail_after(CRI_TIMEOUT_SECONDS):
                 usages = await self.runtime.image_fs_info()
         except (CriError, TimeoutError):
-            return {"image_fs": None, "container_fs": None}
+            return {"image_fs": None, "container_fs": None, "dedicated_image_fs": None}
         image_fs = self._runtime_fs(usages, now)
-        return {"image_fs": image_fs, "container_fs": image_fs}
+        return {"image_fs": image_fs, "container_fs": image_fs, "dedicated_image_fs": self._dedicated(usages)}
+
+    def _dedicated(self, usages: Iterable[t.FilesystemUsage]) -> bool | None:
+        """HasDedicatedImageFs: another device than rootDir's."""
+        for usage in usages:
+            mount = usage.fs_id.mountpoint if usage.fs_id is not None else ""
+            try:
+                return os.stat(mount).st_dev != os.stat(self.root_dir).st_dev if mount else None
+            except OSError:
+                return None
+        return None
 
     @staticmethod
     def _runtime_fs(usages: Iterable[t.FilesystemUsage], now: float) -> Fs | None:
@@ -316,7 +365,7 @@ class UsageCollector:
                     name=record.name, start_time=record.started_at / 1e9,
                     cpu=self._rate(record.id, _cpu(stats.cpu, now)), memory=_memory(stats.memory, now),
                     rootfs=_writable(stats.writable_layer, now),
-                    logs=self._dir_fs(log_dir / record.name, now)))
+                    logs=self._dir_fs(log_dir / record.name, now), id=record.id, image=record.image))
             pod_stats = sandbox_of.get(uid)
             linux = pod_stats.linux if pod_stats is not None else None
             cpu = self._rate(f"pod:{uid}", _cpu(linux.cpu, now)) if linux and linux.cpu else _sum_cpu(usages, now)
@@ -350,6 +399,8 @@ class UsageCollector:
                     yield VolumeUsage(name=volume.name, fs=fs)
 
     def _dir_fs(self, path: Path, now: float) -> Fs | None:
+        if self.volume_stats_seconds < 0:
+            return None  # volumeStatsAggPeriod negative: disabled, as the kubelet's
         cached = self._dirs.get(path)
         if cached is None or now - cached.at >= self.volume_stats_seconds:
             if not path.exists():

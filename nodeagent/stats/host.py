@@ -130,6 +130,12 @@ def process_limits(proc: Path = PROC) -> tuple[int | None, int]:
         text = _read(proc / name)
         if text is not None and text.strip().isdigit():
             maxpid = int(text.strip()) if maxpid is None else min(maxpid, int(text.strip()))
+    # The running tasks (threads too: pid_max and threads-max bound them), the second number
+    # of /proc/loadavg's fourth field, as the kubelet reads it; a count of /proc's processes
+    # when that file is missing.
+    fields = (_read(proc / "loadavg") or "").split()
+    if len(fields) >= 4 and "/" in fields[3] and fields[3].split("/")[1].isdigit():
+        return maxpid, int(fields[3].split("/")[1])
     try:
         count = sum(1 for entry in os.scandir(proc) if entry.name.isdigit())
     except OSError:

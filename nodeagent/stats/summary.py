@@ -185,4 +185,34 @@ def resource_metrics(usage: Usage | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["resource_metrics", "summary"]
+_VOLUME_SERIES = (
+    ("kubelet_volume_stats_capacity_bytes", "Capacity in bytes of the volume", "capacity_bytes"),
+    ("kubelet_volume_stats_available_bytes", "Number of available bytes in the volume", "available_bytes"),
+    ("kubelet_volume_stats_used_bytes", "Number of used bytes in the volume", "used_bytes"),
+    ("kubelet_volume_stats_inodes", "Maximum number of inodes in the volume", "inodes"),
+    ("kubelet_volume_stats_inodes_free", "Number of free inodes in the volume", "inodes_free"),
+    ("kubelet_volume_stats_inodes_used", "Number of used inodes in the volume", "inodes_used"),
+)
+
+
+def volume_stats_metrics(usage: Usage | None) -> str:
+    """kubelet_volume_stats_*: one series per persistent volume claim mounted by a pod
+    (namespace, persistentvolumeclaim), as the kubelet's volume stats collector; other volumes
+    (emptyDir, configMap, ...) are in the Summary API only."""
+    lines: list[str] = []
+    claims: dict[tuple[str, str], Any] = {}
+    for pod in usage.pods if usage is not None else ():
+        for volume in pod.volumes:
+            if volume.pvc is not None:
+                claims.setdefault(volume.pvc, volume.fs)
+    for name, text, attr in _VOLUME_SERIES:
+        lines += [f"# HELP {name} [ALPHA] {text}", f"# TYPE {name} gauge"]
+        for (namespace, claim), fs_ in sorted(claims.items()):
+            value = getattr(fs_, attr)
+            if value is not None:
+                lines.append(f'{name}{{namespace="{_label(namespace)}",persistentvolumeclaim="{_label(claim)}"}} '
+                             f"{value}")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["resource_metrics", "summary", "volume_stats_metrics"]

@@ -1,7 +1,7 @@
 """The dra stage: Dynamic Resource Allocation devices for pods, as the kubelet's DRA manager.
 
 prepare (before volumes and the sandbox): the pod's ResourceClaims (read from the API server for
-a pod from the API server, plugins/dra/apiclaims.py; from the manifests beside a static pod) must
+a pod from the API server; from the manifests beside a static pod standalone: plugins/dra/claimfetch.py) must
 be allocated and reserved for the pod (plugins/dra/claims.py); their drivers must be registered;
 each driver gets one NodePrepareResources for the pod's claims it serves (45 s timeout); the CDI
 device ids come back per claim and request, and each container naming a claim in
@@ -39,11 +39,11 @@ from pydantic.alias_generators import to_camel
 from cri import CriError
 from nodeagent import labels as L
 from nodeagent.additions import CONTAINER_ADDITIONS
-from nodeagent.claims import ClaimStore
 from nodeagent.events import Event
+from nodeagent.objects import kinds
 from nodeagent.stages import AgentHandle, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
-from plugins.dra import api, apiclaims, containers
+from plugins.dra import api, claimfetch, containers
 from plugins.dra.cdi import CdiError, CdiSpecs
 from plugins.dra.claims import ClaimNotReady, PodClaim, pod_claims
 from plugins.dra.events import (
@@ -55,6 +55,7 @@ from plugins.dra.events import (
     DraDriverRegistered,
 )
 from plugins.dra.registration import DraRegistrations, Drivers
+from plugins.dra.resourceclaim import ResourceClaim
 from plugins.dra.slices import WIPE_DELAY_SECONDS, SliceWiper
 from nodeagent.statefile import quarantine
 from plugins.dra.state import CheckpointError, ClaimCache, ClaimEntry
@@ -101,8 +102,9 @@ class DraStage(Prepare):
                                               health_seconds=config.health_check_seconds)
         self.cache = ClaimCache(Path(settings.dra_checkpoint_path))
         self.cdi = CdiSpecs([Path(d) for d in settings.cdi_spec_dirs])
-        # Agents before the claim store (and test harnesses) have none: no claims, pods wait.
-        self.claims: ClaimStore = getattr(handle, "claims", None) or ClaimStore()
+        if objects is not None:
+            # Standalone, claim manifests this stage cannot read are refused when read.
+            objects.declare(kinds.RESOURCE_CLAIM, ResourceClaim.check)
         self._handle = handle
         self._loaded = False
         self._locks: dict[str, anyio.Lock] = {}
@@ -229,13 +231,13 @@ class DraStage(Prepare):
         return Result.ok()
 
     async def _pod_claims(self, ctx: PodContext) -> list[PodClaim]:
-        """The pod's claims, checked: a pod from the API server has them read from the API server
-        now (the kubelet's rules); a static pod from the manifests beside it."""
+        """The pod's claims, read now and checked: a pod from the API server by the kubelet's rules;
+        a static pod's (which nobody reserved a claim for) loosely."""
         pod = ctx.pod
         if not ctx.objects.cluster or pod.metadata.annotations.get(L.CONFIG_SOURCE) == "file":
-            return pod_claims(pod, self.claims, ctx.node.name)
-        pod = await apiclaims.with_claim_statuses(ctx.objects, pod)
-        return pod_claims(pod, await apiclaims.fetch(ctx.objects, pod), ctx.node.name, from_api=True)
+            return pod_claims(pod, await claimfetch.fetch(ctx.objects, pod), ctx.node.name)
+        pod = await claimfetch.with_claim_statuses(ctx.objects, pod)
+        return pod_claims(pod, await claimfetch.fetch(ctx.objects, pod), ctx.node.name, from_api=True)
 
     async def _prepare_locked(self, ctx: PodContext, claims: list[PodClaim],
                               check_cdi: bool) -> tuple[list[str], bool]:

@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from nodeagent.claims import ResourceClaim
 from nodeagent.model import Pod
+from plugins.dra.resourceclaim import ResourceClaim
 
 
 class ClaimLookup(Protocol):
-    """Where claims are looked up: the claim store (manifests), or what was just read from the
-    API server for this pod."""
+    """Where claims are looked up: what was just read from the object store for this pod."""
 
     def get(self, namespace: str, name: str) -> ResourceClaim | None: ...
 

@@ -29,6 +29,7 @@ from plugins.probes.events import (
     ProbeWarned,
     UnhealthyContainerKilled,
 )
+from plugins.probes.metrics import ProbeMetrics
 from plugins.probes.worker import PodProbes
 
 
@@ -39,11 +40,22 @@ class ProbesStage(Observe):
     # liveness and startup probes stop, so that no probe kills a container that is stopping.
     through_termination: ClassVar[bool] = True
 
+    def __init__(self) -> None:
+        self.metrics = ProbeMetrics()
+
     async def observe(self, ctx: PodContext) -> None:
-        probes = PodProbes(ctx)
+        probes = PodProbes(ctx, self.metrics)
         if not probes.containers:
             return  # nothing to probe in this pod
-        await probes.run()
+        try:
+            await probes.run()
+        finally:
+            # The kubelet deletes a pod's prober series with its workers.
+            self.metrics.forget(ctx.ref.name, ctx.ref.namespace, ctx.ref.uid)
+
+    def render_probe_metrics(self) -> str:
+        """/metrics/probes on the kubelet port (plugins/probes/metrics.py)."""
+        return self.metrics.render()
 
 
 def plugin(config: Mapping[str, Any], handle: AgentHandle) -> ProbesStage:

@@ -9,6 +9,7 @@ observe loop restarts it per restartPolicy (with its CrashLoopBackOff)."""
 from __future__ import annotations
 
 from typing import Any
+import time
 
 import anyio
 
@@ -23,6 +24,7 @@ from plugins.probes.events import (
     ProbeWarned,
     UnhealthyContainerKilled,
 )
+from plugins.probes.metrics import FAILED, SUCCESSFUL, UNKNOWN, ProbeMetrics
 from plugins.probes.prober import ProbeError, Target, run_probe
 from nodeagent.podfacts import STARTUP_PASSED
 from plugins.probes.results import Outcome, ProbeState, ProbeType, Result
@@ -71,8 +73,9 @@ class ContainerProbes:
 
 
 class PodProbes:
-    def __init__(self, ctx: PodContext) -> None:
+    def __init__(self, ctx: PodContext, metrics: ProbeMetrics | None = None) -> None:
         self.ctx = ctx
+        self.metrics = metrics
         # Sidecars (restartable init containers) are probed like regular containers; the API
         # allows probes on no other init container.
         sidecars = [c for c in ctx.pod.spec.init_containers if c.restart_policy == "Always"]
@@ -132,12 +135,15 @@ class PodProbes:
             return
 
         target = Target(group.container, record.id, self._probe_ip())
+        begin = time.monotonic()  # real time, whatever the stage's clock
         try:
             outcome, output = await run_probe(ctx.runtime, state.probe, target)
         except ProbeError as exc:
+            self._count(group, state, UNKNOWN, begin)
             ctx.log.info("probe errored; result discarded", container=group.name, probe=state.type.label,
                          error=str(exc))
             return
+        self._count(group, state, FAILED if outcome is Outcome.FAILURE else SUCCESSFUL, begin)
         if group.instance != record.id:
             return  # the instance changed while we probed it: the answer is about a dead one
 
@@ -158,6 +164,12 @@ class PodProbes:
                 readiness.wake()
         if applied is Result.FAILURE and state.type.kills:
             await self._kill(group, state, record)
+
+    def _count(self, group: ContainerProbes, state: ProbeState, result: str, begin: float) -> None:
+        if self.metrics is not None:
+            ref = self.ctx.ref
+            self.metrics.observe(state.type.label, result, group.name, ref.name, ref.namespace, ref.uid,
+                                 time.monotonic() - begin)
 
     async def _tell(self, group: ContainerProbes, state: ProbeState, record: ContainerRecord, outcome: Outcome,
                     output: str) -> None:

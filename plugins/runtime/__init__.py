@@ -55,7 +55,7 @@ from plugins.runtime.nodekeyring import NodeKeyring
 from plugins.runtime.pullrecords import PullRecords
 from plugins.runtime.pullsecrets import PullSecrets
 from plugins.runtime.resize import Ledger, Resizer, allocated_pod, ensure_state
-from plugins.runtime.sandbox import log_directory, sandbox_config
+from plugins.runtime.sandbox import SandboxConfigError, log_directory, sandbox_config
 from plugins.runtime.sync import RESYNC_SECONDS, SANDBOX_KEY, Syncer, acted
 from plugins.runtime.termination import kill, victim
 
@@ -86,6 +86,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     # --- the node-level task: orphaned pod cgroups ---------------------------------------------
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Every minute, the cgroups of pods this stage no longer runs, idle and over a minute
+        old (the kubelet's cleanupOrphanedPodCgroups; part of container GC)."""
         task_status.started()
         while True:
             await anyio.sleep(ORPHAN_SWEEP_SECONDS)
@@ -132,7 +134,13 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             return
         attempt = max((s.metadata.attempt + 1 for s in sandboxes if s.metadata), default=0)
         config = sandbox_config(pod, attempt, self._logs, self._node, settings=ctx.settings)
-        log_directory(self._logs, pod).mkdir(parents=True, exist_ok=True, mode=0o755)
+        try:
+            log_directory(self._logs, pod).mkdir(parents=True, exist_ok=True, mode=0o755)
+        except OSError as exc:
+            # The kubelet's pod log directory is <namespace>_<name>_<uid>: valid names can make it
+            # longer than a file name may be. As the kubelet, the pod stays Pending and retries.
+            raise SandboxConfigError(f"Failed to create pod sandbox: cannot create the pod log directory: "
+                                     f"{exc.strerror}") from None
         await self._pod_cgroup(ctx)
         sandbox_id = await ctx.runtime.run_pod_sandbox(config)
         ctx.stash[SANDBOX] = (sandbox_id, config)

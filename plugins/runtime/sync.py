@@ -46,6 +46,8 @@ from nodeagent.terminationmessage import create_message_file, message_mount
 
 CRASHLOOP_INITIAL = 10.0  # the kubelet's initial CrashLoopBackOff
 CRASHLOOP_MAX = 300.0  # MaxContainerBackOff
+EXIT_SETTLE_SECONDS = 0.5
+"""A container is restarted no sooner than this after its exit (see RuntimeSync._backoff)."""
 RESYNC_SECONDS = 10.0
 # The kubelet's io.kubernetes.container.type annotation per kind of start.
 CONTAINER_TYPES = {"init": "init", "sidecar": "init", "container": "container", "ephemeral": "ephemeral"}
@@ -141,7 +143,7 @@ class Syncer:
         if step.resume is not None:
             # Created but never started (the agent died in between): start that instance.
             try:
-                await ctx.runtime.start_container(step.resume.id)
+                await _start_container(ctx, step.resume.id)
             except CriError as exc:
                 await _failed(ctx, name, "RunContainerError", str(exc.details or exc))
                 return 0.0
@@ -179,6 +181,13 @@ class Syncer:
         now = ctx.clock.monotonic()
         wait = backoff.remaining(key, exited_at, now)
         if wait <= 0:
+            settle = latest.finished_at / 1e9 + EXIT_SETTLE_SECONDS - time.time() if latest.finished_at else 0.0
+            if settle > 0:
+                # Seen at once (the runtime's event stream): give the runtime a moment to show
+                # what else is happening — a sandbox being stopped kills its containers first
+                # and turns not-ready only later — before restarting into it (_run asks the
+                # runtime whether the sandbox is still ready). Real time: it is the runtime's.
+                await anyio.sleep(settle)
             backoff.next(key, exited_at, now)
             return 0.0
         message = (f"back-off {go_duration(backoff.current(key))} restarting failed container={name} "
@@ -199,6 +208,12 @@ class Syncer:
         container = next((c for c in pod.all_containers() if c.name == step.container.name), step.container)
         name = container.name
         sandbox_id, sandbox_config = ctx.stash[SANDBOX_KEY]
+        if keep and not await _sandbox_ready(ctx, sandbox_id):
+            # A restart into a sandbox that is going away: stopping a sandbox kills its containers
+            # first, and an event-driven relist can see the exit before the sandbox's state. The
+            # next pass replaces the sandbox (init containers first), as the kubelet does.
+            ctx.request_relist()
+            return ERROR_RETRY_SECONDS
         ref = self.image_ref(ctx, name)
         # The kubelet keeps one dead instance per container (lastState); older ones go.
         for c in ctx.observed.containers:
@@ -245,7 +260,7 @@ class Syncer:
         record_created(ctx, container_id, container)
         await ctx.publish(ContainerCreated(container=name, container_id=container_id, attempt=attempt))
         try:
-            await ctx.runtime.start_container(container_id)
+            await _start_container(ctx, container_id)
         except CriError as exc:
             # The instance is left exited (containerd: StartError, exit 128); the next pass
             # restarts it per the policy, with back-off, as the kubelet does.
@@ -353,3 +368,22 @@ async def _remove(ctx: PodContext, container_id: str) -> None:
 
 
 __all__ = ["SANDBOX_KEY", "Syncer", "acted", "fresh", "go_duration"]
+
+
+async def _sandbox_ready(ctx: PodContext, sandbox_id: str) -> bool:
+    """The runtime's word, not the last listing's: is the sandbox still ready?"""
+    try:
+        status = await ctx.runtime.pod_sandbox_status(sandbox_id)
+    except NotFound:
+        return False
+    return bool(status.state == t.PodSandboxState.SANDBOX_READY)
+async def _start_container(ctx: PodContext, container_id: str) -> None:
+    """StartContainer, not abandoned half-way: cancelled on our side (a kill cancels the observe
+    loop), the start still completes in containerd, after the stop phase listed the container as
+    merely created — and a container nobody stops runs on past its pod's teardown (the fuzzer
+    found cleanup's RemoveContainer refused: "cannot delete running task"). The call is bounded
+    by the runtime request timeout; the cancellation lands right after it, and the stop phase
+    then sees the container running. (The kubelet never cuts a sync off mid-call either.)"""
+    with anyio.CancelScope(shield=True):
+        await ctx.runtime.start_container(container_id)
+

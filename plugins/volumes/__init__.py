@@ -81,8 +81,6 @@ class VolumesStage(Prepare, Observe):
         pod = ctx.pod
         if volume.empty_dir is not None:
             path = hostpaths.volume_dir(ctx.pod_dir, sources.EMPTY_DIR, volume.name)
-            if volume.empty_dir.medium == "" and volume.empty_dir.size_limit is not None:
-                ctx.log.warning("emptyDir sizeLimit on the node's disk is not enforced", volume=volume.name)
             fresh = await sources.setup_empty_dir(path, volume.empty_dir, pod, ctx.node.allocatable.get("memory", 0))
             fs_group = fs_group_of(pod)
             if fresh and fs_group is not None:

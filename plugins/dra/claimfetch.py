@@ -1,4 +1,5 @@
-"""The ResourceClaims of a pod from the API server (cluster mode), read when the pod is prepared.
+"""The ResourceClaims of a pod, read from the object store when the pod is prepared: from the
+API server in cluster mode, from the manifests beside the static pods standalone.
 
 The kubelet GETs each claim from the API server in prepareResources, every time, rather than
 watching: the node's credentials may not list or watch ResourceClaims at all. The Node authorizer
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeagent.claims import ResourceClaim
 from nodeagent.model import Pod
 from nodeagent.objects import ObjectError, kinds
 from plugins.dra.claims import ClaimNotReady, claim_name, claim_names
+from plugins.dra.resourceclaim import ResourceClaim
 
 
 class FetchedClaims:

@@ -233,6 +233,12 @@ class Agent:
     async def _run(self, *, task_status: anyio.abc.TaskStatus[Agent]) -> None:
         self.pipeline = self.load_pipeline()
         log.info("stage order resolved", **{k: ",".join(v) or "-" for k, v in self.pipeline.as_dict().items()})
+        # Volume figures a stage measures itself (the csi stage: NodeGetVolumeStats, with the
+        # claim), in place of the collector's walk of those volumes' directories.
+        for stage in self.pipeline.stages.values():
+            provider = getattr(stage, "volume_usage", None)
+            if callable(provider):
+                self.stats.volume_providers.append(provider)
         # Pod directories hold secrets and tokens: no other user of the host may reach them.
         ensure_private_dir(self.config.root_dir)
         ensure_private_dir(self.config.root_dir / "pods")

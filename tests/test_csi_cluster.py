@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane import ControlPlane
 from controlplane import build as cp_build
@@ -46,10 +48,11 @@ from tests.test_cluster_node import (
     wait_node_ready,
 )
 from tests.test_cluster_pods import GRACEFUL, api_pod, event_reasons
+from tests.test_kubelet_server import _client_context, _get
 
 pytestmark = pytest.mark.anyio
 
-CSI_TUNING = {"waitSeconds": 2, "pollSeconds": 0.2, "reconcilePeriodSeconds": 5, "volumeStatsSeconds": 1,
+CSI_TUNING = {"waitSeconds": 2, "pollSeconds": 0.2, "reconcilePeriodSeconds": 5,
               "resyncSeconds": 1}
 
 
@@ -177,9 +180,11 @@ async def hostpath(cp: ControlPlane, node: str, base: Path, *, attach: bool = Fa
 
 
 @asynccontextmanager
-async def csi_node(cp: ControlPlane, containerd: Any, base: Path, **csi: Any) -> AsyncIterator[AgentEnv]:
+async def csi_node(cp: ControlPlane, containerd: Any, base: Path, agent: dict[str, Any] | None = None,
+                   **csi: Any) -> AsyncIterator[AgentEnv]:
     config = await cluster_config(cp, containerd, base, plugins_registry_dir=base / "registry",
-                                  plugins={"csi": {**CSI_TUNING, **csi}})
+                                  plugins={"csi": {**CSI_TUNING, **csi}}, volume_stats_agg_period=1.0,
+                                  **(agent or {}))
     async with ready_cluster_node(cp, containerd, config) as env:
         yield env
 
@@ -202,10 +207,18 @@ def target_mounts(env: AgentEnv, uid: str) -> list[Path]:
 # --- a StatefulSet's data outlives its pod ---------------------------------------------------
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 async def test_statefulset_pod_data_outlives_the_pod(control_plane: ControlPlane, containerd: Any,
                                                       base: Path) -> None:
     cp = control_plane
-    async with csi_node(cp, containerd, base) as env, hostpath(cp, env.node, base) as storage:
+    port = _free_port()
+    server = {"enable_server": True, "address": "127.0.0.1", "port": port}
+    async with csi_node(cp, containerd, base, server) as env, hostpath(cp, env.node, base) as storage:
         csinode = await registered(cp, env.node, storage.name)
         assert csinode["spec"]["drivers"] == [{"name": storage.name, "nodeID": env.node,
                                                "topologyKeys": [TOPOLOGY_KEY]}]
@@ -237,6 +250,7 @@ async def test_statefulset_pod_data_outlives_the_pod(control_plane: ControlPlane
 
             await wait_for(in_use, 30, "the volume in node.status.volumesInUse")
             assert len(target_mounts(env, first)) == 1
+            await _volume_stats_show_the_claim(cp, port, first, f"data-{name}-0")
             await kubectl(cp, "delete", "pod", f"{name}-0", "--wait=false")
             second = await pod_uid(cp, f"{name}-0", other_than=first)
             assert (await exec_in(env, second, "cat /data/id")).strip() == written
@@ -247,6 +261,33 @@ async def test_statefulset_pod_data_outlives_the_pod(control_plane: ControlPlane
             await kubectl(cp, "delete", "statefulset", name, "--wait=false", check=False)
             await kubectl(cp, "delete", "pod", f"{name}-0", "--grace-period=1", check=False)
             await kubectl(cp, "delete", "pvc", f"data-{name}-0", "--wait=false", check=False)
+
+
+async def _volume_stats_show_the_claim(cp: ControlPlane, port: int, uid: str, pvc: str) -> None:
+    """The claim's volume in the Summary API under the pod's volume name with its pvcRef, and
+    in kubelet_volume_stats_*: the driver's NodeGetVolumeStats figures (the test driver gives
+    the claim's 8Mi as capacity; a walk of the mount would give the host filesystem's)."""
+    admin = await anyio.to_thread.run_sync(
+        lambda: cp.pki.issue("csi-stats-admin", "csi-stats-admin", orgs=("system:masters",), client=True))
+    context = _client_context(admin.cert, admin.key)
+
+    async def text(path: str) -> str:
+        status, _, body = await _get(port, path, context)
+        assert status == 200, (path, status, body[:300])
+        return body.decode()
+
+    async def measured() -> dict[str, Any] | None:
+        pods = [p for p in json.loads(await text("/stats/summary"))["pods"] if p["podRef"]["uid"] == uid]
+        volumes = [v for v in (pods[0].get("volume") or []) if v["name"] == "data"] if pods else []
+        return volumes[0] if volumes and volumes[0].get("usedBytes") else None
+
+    volume = await wait_for(measured, 60, "the claim's volume in the Summary API with figures")
+    assert volume["pvcRef"] == {"namespace": "default", "name": pvc}
+    assert volume["capacityBytes"] == 8 << 20 and 0 < volume["usedBytes"] <= volume["capacityBytes"]
+    series = {f.name: f for f in text_string_to_metric_families(await text("/metrics"))}
+    [used] = [s for s in series["kubelet_volume_stats_used_bytes"].samples
+              if s.labels == {"namespace": "default", "persistentvolumeclaim": pvc}]
+    assert used.value > 0
 
 
 # --- waiting for a claim --------------------------------------------------------------------

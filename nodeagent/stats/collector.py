@@ -386,7 +386,10 @@ class UsageCollector:
 
     def _volumes(self, uid: str, now: float) -> Iterable[VolumeUsage]:
         for provider in self.volume_providers:
-            yield from provider(uid)
+            try:
+                yield from provider(uid)
+            except Exception as exc:  # a stage's bug costs its figures, not the sample
+                log.warning("volume figures of a stage failed", pod=uid, error=repr(exc))
         base = self.root_dir / "pods" / uid / "volumes"
         try:
             plugins = sorted(p for p in base.iterdir() if p.is_dir() and p.name not in MEASURED_PLUGINS)

@@ -38,8 +38,8 @@ NodeResizePending) gets NodeExpandVolume and its status updated, as the kubelet 
 
 The node task (:meth:`CsiStage.run`): the node's CSINode; every ``reconcilePeriodSeconds``
 the volumes of pods that are gone (deleted while the agent was down) are unpublished and
-unstaged, and failed teardowns tried again; every ``volumeStatsSeconds`` NodeGetVolumeStats
-for the stats collector (:meth:`CsiStage.volume_usage`). After an agent restart nothing is
+unstaged, and failed teardowns tried again; every ``volumeStatsAggPeriod`` (the agent's field)
+NodeGetVolumeStats for the stats collector (:meth:`CsiStage.volume_usage`). After an agent restart nothing is
 mounted again: a target or staging path that is a mount point is adopted.
 """
 
@@ -69,6 +69,7 @@ from nodeagent.kube.configdata import ObjectReader, ObjectUnavailable
 from nodeagent.model import Pod, Volume
 from nodeagent.objects import ObjectError, View
 from nodeagent.objects.kinds import CSI_DRIVER, VOLUME_ATTACHMENT
+from nodeagent.stats.collector import VOLUME_STATS_SECONDS
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
 from nodeagent.unsupported import UNSUPPORTED_VOLUME
@@ -120,8 +121,6 @@ class CsiConfig(BaseModel):
     """How often a waiting prepare looks again (the kubelet polls every 300 ms)."""
     reconcile_period_seconds: float = Field(default=60.0, gt=0)
     """How often volumes of pods that are gone are unpublished and failed teardowns retried."""
-    volume_stats_seconds: float = Field(default=60.0, gt=0)
-    """How often NodeGetVolumeStats is asked (the kubelet's volumeStatsAggPeriod)."""
     resync_seconds: float = Field(default=60.0, gt=0)
     """observe: how often a mounted PVC is looked at for a pending node expansion."""
 
@@ -212,7 +211,11 @@ class CsiStage(Prepare, Observe):
             if self.nodeinfo is not None:
                 tg.start_soon(self._csinode_loop)
             tg.start_soon(self._reconcile_loop)
-            tg.start_soon(self.stats.run, self.config.volume_stats_seconds)
+            # NodeGetVolumeStats on the agent's volumeStatsAggPeriod, as the kubelet's metrics
+            # cache for CSI volumes (negative: no volume figures at all).
+            period = float(getattr(self._handle.settings, "volume_stats_agg_period", VOLUME_STATS_SECONDS))
+            if period >= 0:
+                tg.start_soon(self.stats.run, period or VOLUME_STATS_SECONDS)
             task_status.started()
 
     def _reconstruct(self) -> None:

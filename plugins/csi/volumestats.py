@@ -1,5 +1,5 @@
 """Volume usage of the CSI volumes pods have mounted (the kubelet's csi metrics provider):
-NodeGetVolumeStats every ``volumeStatsSeconds`` for drivers with GET_VOLUME_STATS (the
+NodeGetVolumeStats every ``volumeStatsAggPeriod`` (the agent's) for drivers with GET_VOLUME_STATS (the
 kubelet's volumeStatsAggPeriod), kept as the stats collector's :class:`VolumeUsage` — under
 the pod's volume name and with the PVC it comes from, so /stats/summary can show ``pvcRef``.
 A driver without the capability has no figures, as with the kubelet ("metrics are not

@@ -429,7 +429,8 @@ def run(opts: Options) -> int:
     e2e = cpbuild.binary("e2e.test")
     selected, skip_reasons = compute_selection(e2e, opts)
     to_run = [s.name for s in selected if s.name not in skip_reasons]
-    what = (f"slice {opts.slice!r}" if opts.slice else "[NodeConformance] + [Conformance] of test/e2e/common")
+    what = (f"slice {opts.slice!r}" if opts.slice else
+            "[NodeConformance] + [Conformance] of test/e2e/common + one-node [Conformance] storage")
     if opts.focus:
         what += f", focus {opts.focus!r}"
     log(f"selected {len(selected)} tests ({what}); {len(skip_reasons)} on the skip list; "

@@ -148,7 +148,7 @@ def test_selection_holds_the_storage_conformance_tests_one_node_runs(e2e_test: P
     not (docs/conformance-report.md says why)."""
     names = {s.name for s in selection.select(selection.list_specs(e2e_test))}
     storage = sorted(n for n in names if n.startswith("[sig-storage] ") and "[Conformance]" in n
-                     and any(k in n for k in ("CSI", "PersistentVolumes")))
+                     and any(k in n for k in ("CSI", "PersistentVolumes", "StorageClass", "VolumeAttachment")))
     assert storage == [
         "[sig-storage] CSIInlineVolumes should run through the lifecycle of a CSIDriver [Conformance]",
         "[sig-storage] CSIInlineVolumes should support CSIVolumeSource in Pod API [Conformance]",
@@ -156,6 +156,11 @@ def test_selection_holds_the_storage_conformance_tests_one_node_runs(e2e_test: P
         "[sig-storage] CSIStorageCapacity should support CSIStorageCapacities API operations [Conformance]",
         "[sig-storage] PersistentVolumes CSI Conformance should apply changes to a pv/pvc status [Conformance]",
         "[sig-storage] PersistentVolumes CSI Conformance should run through the lifecycle of a PV and a PVC "
+        "[Conformance]",
+        "[sig-storage] StorageClasses CSI Conformance should run through the lifecycle of a StorageClass "
+        "[Conformance]",
+        "[sig-storage] VolumeAttachment Conformance should apply changes to a volumeattachment status [Conformance]",
+        "[sig-storage] VolumeAttachment Conformance should run through the lifecycle of a VolumeAttachment "
         "[Conformance]",
     ]
     assert not [n for n in names if "CSI Mock" in n or "PersistentVolumes-local" in n or "[Driver: " in n]

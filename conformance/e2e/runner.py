@@ -136,8 +136,11 @@ class Environment:
         self.nodeagent_log = self.work / f"{opts.node}.log"
         self.nodeagent: subprocess.Popen[bytes] | None = None
         self.node_argv: list[str] = []
-        self.storage = (st.StorageDriver(self.work / "storage", self.node_dir / "plugins_registry", opts.node_name)
-                        if opts.storage_suites and opts.node == "nodeagent" else None)
+        # The driver registers where the node watches: nodeagent's pluginsRegistryDir (set in
+        # nodeagent_argv), or the kubelet's <root-dir>/plugins_registry.
+        registry = self.node_dir / ("plugins_registry" if opts.node == "nodeagent" else "root/plugins_registry")
+        self.storage = (st.StorageDriver(self.work / "storage", registry, opts.node_name)
+                        if opts.storage_suites else None)
 
     # leftovers of an earlier run in the same directory
     def clean(self) -> None:

@@ -14,7 +14,9 @@ controller, and the node's stage/publish, fsGroup, block devices and expansion.
 
 Selected (``--storage-suites``): every such test but those tagged [Feature:...] (optional
 features the driver lacks: snapshots, cloning, VolumeAttributesClass, ...), [Disruptive]
-(they restart the kubelet through the host's service manager) and [Slow].
+(they restart the kubelet through the host's service manager) and [Slow]; and the PVC
+Protection tests, which provision through the default StorageClass the run makes for the
+driver, PV Protection and Ephemeralstorage (``OTHERS``).
 """
 
 from __future__ import annotations
@@ -49,13 +51,35 @@ spec:
 """
 
 
+DEFAULT_CLASS = f"""apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: csi-hostpath-default
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: {DRIVER_NAME}
+reclaimPolicy: Delete
+volumeBindingMode: WaitForFirstConsumer
+allowVolumeExpansion: true
+"""
+"""The cluster's default StorageClass, for the tests that provision through it (PVC
+Protection skips itself without one)."""
+
+OTHERS = re.compile(r"^\[sig-storage\] (PVC Protection|PV Protection|Ephemeralstorage) ")
+"""The other storage tests one node runs that are neither [Conformance] nor [NodeConformance]:
+PVC Protection provisions through the default StorageClass; PV Protection (the finalizer of a
+hostPath PV) and Ephemeralstorage (a pod whose configMap, secret or projected volume does not
+exist can be deleted) need no driver."""
+
+
 def e2e_args() -> list[str]:
     """What e2e.test needs, for listing and for running, to know the suites."""
     return [f"--storage.testdriver={DRIVER_FILE}"]
 
 
 def is_selected(spec: Spec) -> bool:
-    return spec.name.startswith(PREFIX) and not EXCLUDED.search(spec.name)
+    return (spec.name.startswith(PREFIX) or OTHERS.search(spec.name) is not None) \
+        and not EXCLUDED.search(spec.name)
 
 
 def node_config(user_config: Path | None, registry: Path) -> str:
@@ -71,7 +95,7 @@ def node_config(user_config: Path | None, registry: Path) -> str:
 class StorageDriver:
     """The test driver process for one run: started once the node is Ready, stopped with the
     environment. Its CSIDriver object is applied first (the node reads fsGroupPolicy,
-    podInfoOnMount and the lifecycle modes from it)."""
+    podInfoOnMount and the lifecycle modes from it), with the default StorageClass."""
 
     def __init__(self, work: Path, registry: Path, node_name: str) -> None:
         self.work = work
@@ -81,7 +105,7 @@ class StorageDriver:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, cp: Any, timeout: float = 60.0) -> None:
-        cp.kubectl("apply", "-f", "-", input=CSIDRIVER)
+        cp.kubectl("apply", "-f", "-", input=CSIDRIVER + "---\n" + DEFAULT_CLASS)
         argv = [sys.executable, "-m", "drivers.csihostpath", "--driver-name", DRIVER_NAME,
                 "--registry-dir", str(self.registry), "--plugin-dir", str(self.work / "plugin"),
                 "--state-dir", str(self.work / "state"), "--node-id", self.node_name,

@@ -388,7 +388,7 @@ class UsageCollector:
         for provider in self.volume_providers:
             try:
                 yield from provider(uid)
-            except Exception as exc:  # a stage's bug costs its figures, not the sample
+            except Exception as exc:  # noqa: BLE001 -- a stage's bug costs its figures, not the sample
                 log.warning("volume figures of a stage failed", pod=uid, error=repr(exc))
         base = self.root_dir / "pods" / uid / "volumes"
         try:

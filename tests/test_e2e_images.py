@@ -166,6 +166,19 @@ def test_selection_holds_the_storage_conformance_tests_one_node_runs(e2e_test: P
     assert not [n for n in names if "CSI Mock" in n or "PersistentVolumes-local" in n or "[Driver: " in n]
 
 
+def test_storage_suites_select_the_external_driver_tests(e2e_test: Path) -> None:
+    """--storage-suites: e2e.test knows the External Storage suites only when given the driver
+    definition; they are selected without the optional, disruptive and slow ones."""
+    from conformance.e2e import storage
+    assert not [s for s in selection.list_specs(e2e_test) if s.name.startswith(storage.PREFIX)]
+    chosen = [s.name for s in selection.list_specs(e2e_test, storage.e2e_args()) if storage.is_selected(s)]
+    suites = [n for n in chosen if n.startswith(storage.PREFIX)]
+    assert len(suites) > 40 and len(chosen) > len(suites)
+    assert not [n for n in chosen if storage.EXCLUDED.search(n)]
+    for suite in ("provisioning", "volumes", "volumeMode", "ephemeral", "volume-expand", "subPath"):
+        assert any(f"] {suite} " in n for n in suites), suite
+
+
 def test_report_counts_every_selected_test(tmp_path: Path) -> None:
     """The report covers exactly the selection, from ginkgo's JUnit (no binary needed)."""
     from conformance.e2e import report

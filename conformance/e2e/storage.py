@@ -16,7 +16,8 @@ Selected (``--storage-suites``): every such test but those tagged [Feature:...] 
 features the driver lacks: snapshots, cloning, VolumeAttributesClass, ...), [Disruptive]
 (they restart the kubelet through the host's service manager) and [Slow]; and the PVC
 Protection tests, which provision through the default StorageClass the run makes for the
-driver, PV Protection and Ephemeralstorage (``OTHERS``).
+driver, PV Protection, Ephemeralstorage and the suites on in-tree emptyDir and hostPath
+volumes (``OTHERS``).
 """
 
 from __future__ import annotations
@@ -65,11 +66,14 @@ allowVolumeExpansion: true
 """The cluster's default StorageClass, for the tests that provision through it (PVC
 Protection skips itself without one)."""
 
-OTHERS = re.compile(r"^\[sig-storage\] (PVC Protection|PV Protection|Ephemeralstorage) ")
+OTHERS = re.compile(r"^\[sig-storage\] (PVC Protection|PV Protection|Ephemeralstorage"
+                    r"|In-tree Volumes \[Driver: (emptydir|hostPath|hostPathSymlink)\]) ")
 """The other storage tests one node runs that are neither [Conformance] nor [NodeConformance]:
 PVC Protection provisions through the default StorageClass; PV Protection (the finalizer of a
-hostPath PV) and Ephemeralstorage (a pod whose configMap, secret or projected volume does not
-exist can be deleted) need no driver."""
+hostPath PV), Ephemeralstorage (a pod whose configMap, secret or projected volume does not
+exist can be deleted) and the same suites on the in-tree emptyDir and hostPath volumes need no
+driver. (The other in-tree drivers are clouds', NFS, iSCSI, or the local one: see
+docs/conformance-report.md.)"""
 
 
 def e2e_args() -> list[str]:

@@ -6,7 +6,7 @@ of watching, and handles only its own driver's objects.
 * **provisioner** — a PVC that the PV controller handed to this driver (annotation
   ``volume.kubernetes.io/storage-provisioner``), of a StorageClass whose provisioner is the
   driver, still Pending (for ``WaitForFirstConsumer``: once the scheduler chose a node,
-  annotation ``volume.kubernetes.io/selected-node``), gets CreateVolume and a PV bound to it
+  annotation ``volume.kubernetes.io/selected-node``) and without a data source, gets CreateVolume and a PV bound to it
   (``claimRef``, the class's reclaim policy, the driver's topology as node affinity); the PV
   controller completes the binding. A Released PV of the driver with reclaim policy Delete
   gets DeleteVolume and is deleted.
@@ -96,6 +96,11 @@ class Controller:
                 continue
             if sc.get("volumeBindingMode") == "WaitForFirstConsumer" and SELECTED_NODE not in (
                     meta.get("annotations") or {}):
+                continue
+            if spec.get("dataSource") or spec.get("dataSourceRef"):
+                # No cloning or snapshots here, and a volume populator's claim is the populator's
+                # to fill: an empty volume would be data loss dressed up as success (the
+                # external-provisioner leaves such claims alone too).
                 continue
             name = f"pvc-{meta['uid']}"
             size = quantity.bytes_((spec.get("resources") or {}).get("requests", {}).get("storage") or "1Gi")

@@ -155,13 +155,13 @@ def test_selection_holds_the_storage_conformance_tests_one_node_runs(e2e_test: P
         "[sig-storage] CSINodes CSI Conformance should run through the lifecycle of a csinode [Conformance]",
         "[sig-storage] CSIStorageCapacity should support CSIStorageCapacities API operations [Conformance]",
         "[sig-storage] PersistentVolumes CSI Conformance should apply changes to a pv/pvc status [Conformance]",
-        "[sig-storage] PersistentVolumes CSI Conformance should run through the lifecycle of a PV and a PVC "
-        "[Conformance]",
-        "[sig-storage] StorageClasses CSI Conformance should run through the lifecycle of a StorageClass "
-        "[Conformance]",
+        ("[sig-storage] PersistentVolumes CSI Conformance should run through the lifecycle of a PV and a PVC "
+         "[Conformance]"),
+        ("[sig-storage] StorageClasses CSI Conformance should run through the lifecycle of a StorageClass "
+         "[Conformance]"),
         "[sig-storage] VolumeAttachment Conformance should apply changes to a volumeattachment status [Conformance]",
-        "[sig-storage] VolumeAttachment Conformance should run through the lifecycle of a VolumeAttachment "
-        "[Conformance]",
+        ("[sig-storage] VolumeAttachment Conformance should run through the lifecycle of a VolumeAttachment "
+         "[Conformance]"),
     ]
     assert not [n for n in names if "CSI Mock" in n or "PersistentVolumes-local" in n or "[Driver: " in n]
 
@@ -177,6 +177,8 @@ def test_storage_suites_select_the_external_driver_tests(e2e_test: Path) -> None
     assert not [n for n in chosen if storage.EXCLUDED.search(n)]
     for suite in ("provisioning", "volumes", "volumeMode", "ephemeral", "volume-expand", "subPath"):
         assert any(f"] {suite} " in n for n in suites), suite
+    skips = selection.load_skips(storage.SKIP_FILE)
+    assert [s.pattern for s in skips if not any(s.matches(n) for n in chosen)] == []  # none stale
 
 
 def test_report_counts_every_selected_test(tmp_path: Path) -> None:

@@ -109,7 +109,7 @@ def compute_selection(e2e_test: Path, opts: Options) -> tuple[list[sel.Spec], di
         import re
         rx = re.compile(opts.focus)
         selected = [s for s in selected if rx.search(s.name)]
-    skips = sel.load_skips()
+    skips = sel.load_skips() + (sel.load_skips(st.SKIP_FILE) if opts.storage_suites else [])
     reasons = {}
     for s in selected:
         r = sel.skip_reason(s.name, skips)

@@ -37,6 +37,8 @@ from drivers.csihostpath import DRIVER_NAME
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 DRIVER_FILE = HERE / "storage-driver.yaml"
+SKIP_FILE = HERE / "storage-skip.yaml"
+"""Tests of these suites that cannot run on this host (skip.yaml's format and rule)."""
 PREFIX = f"External Storage [Driver: {DRIVER_NAME}] "
 EXCLUDED = re.compile(r"\[Feature:|\[Disruptive\]|\[Slow\]")
 

@@ -32,7 +32,6 @@ from controlplane import ControlPlane
 from controlplane import build as cp_build
 from cri import RuntimeClient
 from cri import types as t
-from devenv.images import BUSYBOX_IMAGE
 from drivers.csihostpath import FAIL_KEY, MESSAGE_KEY, TOPOLOGY_KEY, HostPathDriver
 from drivers.csihostpath.controller import Controller
 from nodeagent import labels as L

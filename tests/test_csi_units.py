@@ -23,15 +23,17 @@ import pytest
 
 from conformance.fakecontext import NODE, FakeObjects, FakePodContext
 from drivers.csihostpath import FAIL_KEY, MESSAGE_KEY, TOPOLOGY_KEY, HostPathDriver
-from nodeagent.mounttable import is_mount_point, mounts_under
 from nodeagent.model import Pod
+from nodeagent.mounttable import is_mount_point, mounts_under
 from nodeagent.objects.kinds import (
     CSI_DRIVER,
     CSI_NODE,
-    NODE as NODE_KIND,
     PERSISTENT_VOLUME,
     PERSISTENT_VOLUME_CLAIM,
     VOLUME_ATTACHMENT,
+)
+from nodeagent.objects.kinds import (
+    NODE as NODE_KIND,
 )
 from nodeagent.pluginwatcher import PluginInfo
 from nodeagent.stages import Verdict

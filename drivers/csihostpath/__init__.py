@@ -245,7 +245,8 @@ async def _loop_device(image: Path) -> str:
 
 def _failure(context: Mapping[str, str], method: str) -> None:
     if context.get(FAIL_KEY) == method:
-        raise CsiFailure(grpc.StatusCode.INTERNAL, context.get(MESSAGE_KEY) or f"{method} fails on purpose (test driver)")
+        raise CsiFailure(grpc.StatusCode.INTERNAL,
+                         context.get(MESSAGE_KEY) or f"{method} fails on purpose (test driver)")
 
 
 def _capability_block(capability: Any) -> bool:

@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logs.configure("console", logging.INFO)
     driver = HostPathDriver(
-        registry_dir=args.registry_dir, plugin_dir=args.plugin_dir or Path("/var/lib/kubelet/plugins") / args.driver_name,
+        registry_dir=args.registry_dir,
+        plugin_dir=args.plugin_dir or Path("/var/lib/kubelet/plugins") / args.driver_name,
         state_dir=args.state_dir, node_id=args.node_id, driver_name=args.driver_name, attach_required=args.attach,
         stage=not args.no_stage, call_log=args.call_log)
 

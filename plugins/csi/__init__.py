@@ -69,9 +69,9 @@ from nodeagent.kube.configdata import ObjectReader, ObjectUnavailable
 from nodeagent.model import Pod, Volume
 from nodeagent.objects import ObjectError, View
 from nodeagent.objects.kinds import CSI_DRIVER, VOLUME_ATTACHMENT
-from nodeagent.stats.collector import VOLUME_STATS_SECONDS
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
+from nodeagent.stats.collector import VOLUME_STATS_SECONDS
 from nodeagent.unsupported import UNSUPPORTED_VOLUME
 from nodeagent.volumeutil.mounts import (
     MountConfigError,
@@ -334,7 +334,8 @@ class CsiStage(Prepare, Observe):
             message = problems.message(unmounted)
             ctx.log.warning("volumes not mounted; the pod waits", unmounted=unmounted, error=message)
             # Waiting for something else to happen: look again soon; a driver's failure backs off.
-            return Result.retry(FAILED_MOUNT, message, retry_after=None if problems.failed else self.config.poll_seconds)
+            return Result.retry(FAILED_MOUNT, message,
+                                retry_after=None if problems.failed else self.config.poll_seconds)
         try:
             self._contribute(ctx, pod, ready)
         except MountConfigError as exc:
@@ -363,7 +364,8 @@ class CsiStage(Prepare, Observe):
             try:
                 ready[volume.name] = await self._set_up(ctx, info, spec)
             except _Unattached as exc:
-                problems.unattached[volume.name] = f'MountVolume.WaitForAttach failed for volume "{spec.spec_name}" : {exc}'
+                problems.unattached[volume.name] = (
+                    f'MountVolume.WaitForAttach failed for volume "{spec.spec_name}" : {exc}')
             except OperationFailed as exc:
                 text = f'{exc.operation} failed for volume "{spec.spec_name}" : {exc.error}'
                 (problems.waiting if exc.waiting else problems.failed)[volume.name] = text

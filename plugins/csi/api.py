@@ -195,7 +195,8 @@ class CsiClient:
                      staging_path: str, secrets: Mapping[str, str]) -> int:
         """NodeExpandVolume; the capacity the driver reports (0: it did not say)."""
         answer = await self._call(self._node, "NodeExpandVolume", pb.NodeExpandVolumeRequest(
-            volume_id=volume_id, volume_path=volume_path, capacity_range=pb.CapacityRange(required_bytes=required_bytes),
+            volume_id=volume_id, volume_path=volume_path,
+            capacity_range=pb.CapacityRange(required_bytes=required_bytes),
             staging_target_path=staging_path, volume_capability=capability.message(), secrets=dict(secrets)))
         return int(answer.capacity_bytes)
 

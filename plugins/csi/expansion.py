@@ -64,7 +64,8 @@ class Expander:
         except api.CsiCallError as exc:
             conditions = [c for c in (pvc.get("status") or {}).get("conditions") or []
                           if c.get("type") != "NodeResizeError"]
-            conditions.append({"type": "NodeResizeError", "status": "True", "message": f"failed to expand pvc with {exc}"})
+            conditions.append({"type": "NodeResizeError", "status": "True",
+                               "message": f"failed to expand pvc with {exc}"})
             await self._patch(ctx, pvc, {"conditions": conditions})
             raise
         await self._finished(ctx, pvc, new_size)

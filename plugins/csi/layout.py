@@ -1,16 +1,16 @@
 """Where CSI volumes live on the node, laid out as the kubelet lays them out under rootDir
 (pkg/volume/csi), and the ``vol_data.json`` files that say what each directory is.
 
-=============================================  ================================================================
-staging (``NodeStageVolume``), Filesystem      ``plugins/kubernetes.io/csi/<driver>/<sha256(volumeHandle)>/globalmount``
-its record                                     ``plugins/kubernetes.io/csi/<driver>/<sha256(volumeHandle)>/vol_data.json``
-publish target (``NodePublishVolume``)         ``pods/<uid>/volumes/kubernetes.io~csi/<specName>/mount``
-its record                                     ``pods/<uid>/volumes/kubernetes.io~csi/<specName>/vol_data.json``
-staging, Block                                 ``plugins/kubernetes.io/csi/volumeDevices/staging/<specName>``
-publish target, Block (a file)                 ``plugins/kubernetes.io/csi/volumeDevices/publish/<specName>/<uid>``
-its record                                     ``plugins/kubernetes.io/csi/volumeDevices/<specName>/data/vol_data.json``
-the pod's device link, Block                   ``pods/<uid>/volumeDevices/kubernetes.io~csi/<specName>`` → publish target
-=============================================  ================================================================
+================================  ===========================================================================
+staging (NodeStage), Filesystem   ``plugins/kubernetes.io/csi/<driver>/<sha256(volumeHandle)>/globalmount``
+its record                        ``plugins/kubernetes.io/csi/<driver>/<sha256(volumeHandle)>/vol_data.json``
+publish target (NodePublish)      ``pods/<uid>/volumes/kubernetes.io~csi/<specName>/mount``
+its record                        ``pods/<uid>/volumes/kubernetes.io~csi/<specName>/vol_data.json``
+staging, Block                    ``plugins/kubernetes.io/csi/volumeDevices/staging/<specName>``
+publish target, Block (a file)    ``plugins/kubernetes.io/csi/volumeDevices/publish/<specName>/<uid>``
+its record                        ``plugins/kubernetes.io/csi/volumeDevices/<specName>/data/vol_data.json``
+the pod's device link, Block      ``pods/<uid>/volumeDevices/kubernetes.io~csi/<specName>`` → publish target
+================================  ===========================================================================
 
 ``specName`` is the PV's name, or the pod's volume name for an inline volume. A record is
 written *before* the driver is called, so that an agent killed during the call still finds

@@ -119,7 +119,8 @@ class Mounter:
         operation = "MapVolume.SetUpDevice" if spec.block else "MountVolume.MountDevice"
         client = self._driver(spec.driver, operation)
         if spec.block:
-            staging, record_path = self.layout.block_staging_path(spec.spec_name), self.layout.block_record(spec.spec_name)
+            staging = self.layout.block_staging_path(spec.spec_name)
+            record_path = self.layout.block_record(spec.spec_name)
         else:
             staging = self.layout.staging_path(spec.driver, spec.handle)
             record_path = self.layout.staging_record(spec.driver, spec.handle)

@@ -185,7 +185,8 @@ def _from_pv(volume: str, pv: Snapshot, pvc_read_only: bool, claim: tuple[str, s
             source="csi", read_only=pvc_read_only or bool(csi.get("readOnly")), driver=str(csi.get("driver") or ""),
             handle=str(csi.get("volumeHandle") or ""), fs_type=str(csi.get("fsType") or ""),
             attributes=dict(csi.get("volumeAttributes") or {}),
-            stage_secret=_secret(csi.get("nodeStageSecretRef")), publish_secret=_secret(csi.get("nodePublishSecretRef")),
+            stage_secret=_secret(csi.get("nodeStageSecretRef")),
+            publish_secret=_secret(csi.get("nodePublishSecretRef")),
             expand_secret=_secret(csi.get("nodeExpandSecretRef")), **common)
     local = spec.get("local")
     if isinstance(local, Mapping) and local.get("path"):

@@ -25,31 +25,31 @@ from nodeagent import quantity
 from nodeagent.admission import AdmissionCycle
 from nodeagent.apiclient import make_api_client
 from nodeagent.bus import TOPOLOGY, Bus, consume
-from nodeagent.clock import Clock, SystemClock
-from nodeagent.cluster import ClusterMode
 from nodeagent.certificates.client import ClientCertificates
 from nodeagent.certificates.client import prepare as prepare_client_certificates
 from nodeagent.certificates.manager import CertificateManager
 from nodeagent.certificates.serving import serving_certificates
+from nodeagent.clock import Clock, SystemClock
+from nodeagent.cluster import ClusterMode
 from nodeagent.cluster.node import node_labels
 from nodeagent.config import AgentConfig
 from nodeagent.dispatcher import Dispatcher
 from nodeagent.endpoint import Routes, serve
+from nodeagent.errors import PluginError
 from nodeagent.fdlimit import raise_to_hard_limit
+from nodeagent.kubeletconfig.node import NodeConfig
+from nodeagent.kubeletconfig.support import support_of
 from nodeagent.kubeletserver import KubeletServer
 from nodeagent.kubeletserver import enabled as kubelet_server_enabled
 from nodeagent.kubeletserver.nodestats import NodeReads
 from nodeagent.lifecycle import PodState
-from nodeagent.kubeletconfig.node import NodeConfig
-from nodeagent.kubeletconfig.support import support_of
-from nodeagent.errors import PluginError
 from nodeagent.metrics import Metrics
-from nodeagent.nodeip import NodeIPError, node_ips
-from nodeagent.objects import ApiObjects, FileObjects, ObjectStore
-from nodeagent.pluginwatcher import PluginHandler, PluginWatcher, polling
 from nodeagent.nodeconditions import NodeConditions
+from nodeagent.nodeip import NodeIPError, node_ips
 from nodeagent.nodeops import NodeOps
+from nodeagent.objects import ApiObjects, FileObjects, ObjectStore
 from nodeagent.pleg import Relister
+from nodeagent.pluginwatcher import PluginHandler, PluginWatcher, polling
 from nodeagent.registry import Pipeline, load
 from nodeagent.sources.static import StaticPodSource
 from nodeagent.stages import Condition, NodeInfo, PodSnapshot, ReclaimKind
@@ -219,6 +219,7 @@ class Agent:
         # Cluster mode: Node, Lease, API pod source, API status sink, mirror pods, Events.
         self.cluster = (ClusterMode(self.api, config, self.node, self.runtime, self.relister, self.bus, self.clock,
                                     kubelet_port=lambda: getattr(self.kubelet_server, "port", None) or kubelet.port,
+                                    volumes_in_use=self._volumes_in_use,
                                     conditions=self.conditions)
                         if self.api is not None else None)
         sinks: list[StatusSink] = [FileSink(config.root_dir / "pod-status")]
@@ -282,6 +283,12 @@ class Agent:
     async def _run(self, *, task_status: anyio.abc.TaskStatus[Agent]) -> None:
         self.pipeline = self.load_pipeline()
         log.info("stage order resolved", **{k: ",".join(v) or "-" for k, v in self.pipeline.as_dict().items()})
+        # Volume figures a stage measures itself (the csi stage: NodeGetVolumeStats, with the
+        # claim), in place of the collector's walk of those volumes' directories.
+        for stage in self.pipeline.stages.values():
+            provider = getattr(stage, "volume_usage", None)
+            if callable(provider):
+                self.stats.volume_providers.append(provider)
         # Pod directories hold secrets and tokens: no other user of the host may reach them.
         ensure_private_dir(self.config.root_dir)
         ensure_private_dir(self.config.root_dir / "pods")
@@ -309,7 +316,8 @@ class Agent:
                 handlers = self._plugin_handlers()
                 if handlers:
                     poll, health = polling(handlers)
-                    self.plugin_watcher = PluginWatcher(self.config.agent.plugins_registry_dir, handlers, self.bus.publish,
+                    self.plugin_watcher = PluginWatcher(self.config.agent.plugins_registry_dir, handlers,
+                                                        self.bus.publish,
                                                         poll_seconds=poll, health_seconds=health)
                     await sup.start(self.plugin_watcher.run, name="plugin-watcher")
                 services = Services(
@@ -367,7 +375,8 @@ class Agent:
             log.warning("KubeletConfiguration field not honoured by nodeagent", field=path, value=value,
                         behaviour=support_of(path).note)
         if fields and self.cluster is not None:
-            listed = "; ".join(f"{path}={json.dumps(value)} ({support_of(path).note})" for path, value in fields.items())
+            listed = "; ".join(f"{path}={json.dumps(value)} ({support_of(path).note})"
+                               for path, value in fields.items())
             self.cluster.events.record_node("Warning", UNSUPPORTED_REASON,
                                             f"KubeletConfiguration fields nodeagent does not honour: {listed}"[:1024])
 
@@ -382,6 +391,16 @@ class Agent:
                                       f"plugins of type {handler.plugin_type}")
                 handlers[handler.plugin_type] = handler
         return handlers
+
+    def _volumes_in_use(self) -> list[str]:
+        """node.status.volumesInUse: what the stages that mount attachable volumes report
+        (``volumes_in_use()``; the csi stage)."""
+        names: set[str] = set()
+        for stage in (self.pipeline.stages.values() if self.pipeline else ()):
+            report = getattr(stage, "volumes_in_use", None)
+            if callable(report):
+                names.update(report())
+        return sorted(names)
 
     def _subscribe(self, sup: Supervisor, name: str, handle: Callable[[ev.Event], Awaitable[None] | None]) -> None:
         """A bus subscriber under the supervisor; a fact it fails on is reported and skipped."""

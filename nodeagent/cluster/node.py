@@ -58,6 +58,7 @@ Only what nodeagent honours: pod-level and non-sidecar init container in-place r
 (plugins/runtime/resize.py) and RestartAllContainers (plugins/runtime/restartall.py); not
 memory-backed emptyDir resize."""
 
+CONTROLLER_MANAGED_ATTACH_DETACH = "volumes.kubernetes.io/controller-managed-attach-detach"
 KUBE_VERSION = "v1.37.2"
 """The Kubernetes release whose kubelet behaviour we implement (tests run its control plane)."""
 KUBELET_VERSION = f"{KUBE_VERSION}+nodeagent.{__version__}"
@@ -85,9 +86,6 @@ _TRANSITION_EVENTS = {
     ("DiskPressure", "False"): "NodeHasNoDiskPressure", ("DiskPressure", "True"): "NodeHasDiskPressure",
     ("PIDPressure", "False"): "NodeHasSufficientPID", ("PIDPressure", "True"): "NodeHasInsufficientPID",
 }
-
-
-CONTROLLER_MANAGED_ATTACH = "volumes.kubernetes.io/controller-managed-attach-detach"
 
 
 def architecture() -> str:
@@ -178,7 +176,8 @@ class NodeStatus:
     def __init__(self, api: Any, config: AgentConfig, node: NodeInfo, runtime: RuntimeClient,
                  relister_health: Callable[[], tuple[bool, float]], clock: Clock | None = None,
                  record_event: Callable[[str, str, str], None] | None = None,
-                 kubelet_port: Callable[[], int] | None = None, conditions: NodeConditions | None = None) -> None:
+                 kubelet_port: Callable[[], int] | None = None, conditions: NodeConditions | None = None,
+                 volumes_in_use: Callable[[], list[str]] | None = None) -> None:
         self._api = api
         self._config = config
         self._node = node
@@ -191,6 +190,9 @@ class NodeStatus:
         self._kubelet_port = kubelet_port or (lambda: config.kubelet.port)
         self._kubelet = config.kubelet
         """Where the kubelet API listens (the bound port when ``port`` is 0)."""
+        self._volumes_in_use = volumes_in_use or (lambda: [])
+        """status.volumesInUse: the attachable volumes the node's pods want or have mounted (the
+        attach-detach controller detaches none of them)."""
         self.uid: str | None = None
         self.registered = anyio.Event()
         self._runtime_version = ""
@@ -233,7 +235,9 @@ class NodeStatus:
         registerWithTaints taints, spec.providerID."""
         metadata: dict[str, Any] = {"name": self.name, "labels": self.labels()}
         if self._kubelet.enable_controller_attach_detach is not False:
-            metadata["annotations"] = {CONTROLLER_MANAGED_ATTACH: "true"}
+            # The attach-detach controller attaches this node's volumes (VolumeAttachments);
+            # the node only waits for them.
+            metadata["annotations"] = {CONTROLLER_MANAGED_ATTACH_DETACH: "true"}
         spec: dict[str, Any] = {}
         if self._kubelet.register_with_taints:
             spec["taints"] = [t.model_dump(exclude_defaults=True, exclude_none=True, by_alias=True)
@@ -322,6 +326,7 @@ class NodeStatus:
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self._kubelet_port()}},
             "declaredFeatures": list(DECLARED_FEATURES),
             "images": await self._images(),
+            "volumesInUse": sorted(self._volumes_in_use()),
             "nodeInfo": {
                 "machineID": _read("/etc/machine-id"),
                 "systemUUID": _read("/sys/class/dmi/id/product_uuid"),

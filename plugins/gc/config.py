@@ -6,10 +6,10 @@ which the kubelet hard-codes, and the log link directory."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
-
-from pathlib import Path
 
 from nodeagent.duration import Duration
 from nodeagent.kubeletconfig.node import NodeConfig

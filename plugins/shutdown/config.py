@@ -84,7 +84,8 @@ class ShutdownConfig(ShutdownOptions):
         if self.shutdown_grace_period == 0:
             return []
         critical = int(self.shutdown_grace_period_critical_pods)
-        return [PriorityGracePeriod(priority=0, shutdown_grace_period_seconds=int(self.shutdown_grace_period) - critical),
+        return [PriorityGracePeriod(priority=0,
+                                    shutdown_grace_period_seconds=int(self.shutdown_grace_period) - critical),
                 PriorityGracePeriod(priority=CRITICAL_PRIORITY, shutdown_grace_period_seconds=critical)]
 
 

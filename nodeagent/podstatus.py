@@ -123,8 +123,10 @@ class PodStatus(_StatusModel):
     allocated_resources: dict[str, str] | None = None
 
     def to_api(self) -> dict[str, Any]:
-        """The API's JSON object (what the sinks get): None fields left out."""
-        return self.model_dump(by_alias=True, exclude_none=True)
+        """The API's JSON object (what the sinks get): None fields left out. A model built past
+        validation with a wrong type in it (``model_construct``) raises here rather than
+        reaching a sink."""
+        return self.model_dump(by_alias=True, exclude_none=True, warnings="error")
 
     def condition(self, type: str) -> PodCondition | None:
         return next((c for c in self.conditions or () if c.type == type), None)

@@ -325,36 +325,33 @@ def compute(rec: _PodRecord) -> PodStatus:
         return own.model_copy(update={"phase": "Failed", "reason": rec.reason,
                                       "message": f"Pod was rejected: {rec.message}"})
 
+    # Each step below builds a new status (the models are frozen); copies are kept to the steps
+    # that change something, since a copy costs about as much as the step.
     observed = rec.observed
+    update: dict[str, Any] = {"host_ip": own.host_ip, "host_ips": own.host_ips, "qos_class": own.qos_class}
     if observed is not None:
-        status = observed.model_copy(update={"host_ip": own.host_ip, "host_ips": own.host_ips,
-                                             "start_time": own.start_time or observed.start_time,
-                                             "qos_class": own.qos_class})
+        base = observed
+        init, regular = observed.init_container_statuses, observed.container_statuses
+        update["start_time"] = own.start_time or observed.start_time
     else:
+        base = own
         # The kubelet's default waiting reason is PodInitializing in a pod with init containers.
         default = "PodInitializing" if pod.spec.init_containers else "ContainerCreating"
-        status = own.model_copy(update={
-            "phase": "Pending",
-            "init_container_statuses": [
-                _waiting_status(c.name, c.image, *rec.waiting.get(c.name, (default, "")))
-                for c in pod.spec.init_containers
-            ] or None,
-            "container_statuses": [
-                _waiting_status(c.name, c.image, *rec.waiting.get(c.name, (default, "")))
-                for c in pod.spec.containers
-            ],
-            "conditions": pending_conditions(pod, rec),
-        })
+        init = [_waiting_status(c.name, c.image, *rec.waiting.get(c.name, (default, "")))
+                for c in pod.spec.init_containers] or None
+        regular = [_waiting_status(c.name, c.image, *rec.waiting.get(c.name, (default, "")))
+                   for c in pod.spec.containers]
+        update.update(phase="Pending", conditions=pending_conditions(pod, rec))
+    update["init_container_statuses"] = _overlay_waiting(init, rec.waiting)
+    update["container_statuses"] = _overlay_waiting(regular, rec.waiting)
+    status = base.model_copy(update=update)
 
-    status = status.model_copy(update={
-        "init_container_statuses": _overlay_waiting(status.init_container_statuses, rec.waiting),
-        "container_statuses": _overlay_waiting(status.container_statuses, rec.waiting),
-    })
     if observed is not None:
         status = _apply_probe_results(status, rec)
-    for condition in rec.conditions.values():
-        conditions = [c for c in status.conditions or () if c.type != condition.type]
-        status = status.model_copy(update={"conditions": [*conditions, condition]})
+    if rec.conditions:
+        # A stage's condition replaces the runtime view's of its type, and goes last.
+        kept = [c for c in status.conditions or () if c.type not in rec.conditions]
+        status = status.model_copy(update={"conditions": [*kept, *rec.conditions.values()]})
     status = _apply_readiness_gates(status, pod)
     status = _stamp_transitions(status, rec)
 
@@ -373,8 +370,8 @@ def _overlay_waiting(statuses: list[ContainerStatus] | None,
                      waiting: Mapping[str, tuple[str, str]]) -> list[ContainerStatus] | None:
     """Waiting reasons reported by stages win over a terminated state the runtime shows: the
     kubelet moves the terminated state to lastState and shows e.g. CrashLoopBackOff."""
-    if statuses is None:
-        return None
+    if statuses is None or not waiting:
+        return statuses
     out = []
     for cs in statuses:
         reported = waiting.get(cs.name)
@@ -404,7 +401,9 @@ def _stamp_transitions(status: PodStatus, rec: _PodRecord) -> PodStatus:
             stamp = previous[1]
         elif previous is not None or stamp is None:
             stamp = now
-        stamped.append(condition.model_copy(update={"last_transition_time": stamp}))
+        if stamp != condition.last_transition_time:
+            condition = condition.model_copy(update={"last_transition_time": stamp})
+        stamped.append(condition)
         transitions[condition.type] = (condition.status, stamp)
     rec.transitions = transitions
     return status.model_copy(update={"conditions": stamped})
@@ -426,6 +425,8 @@ def _apply_probe_results(status: PodStatus, rec: _PodRecord) -> PodStatus:
             ready = running and (started if started is not None else running) and probed_ready
         if not ready:
             unready.append(cs.name)
+        if (started, ready) == (cs.started, cs.ready):
+            return cs
         return cs.model_copy(update={"started": started, "ready": ready})
 
     # Sidecars are probed and count towards ContainersReady; a regular init container's

@@ -12,7 +12,8 @@ Field names are the API's (camelCase on the wire, snake_case in Python).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -34,6 +35,13 @@ class _StatusModel(BaseModel):
     # Frozen: the writer refines a status by building a new one (model_copy), so neither the
     # observer's report nor a status already handed to the sinks ever changes under them.
     model_config = ConfigDict(alias_generator=_api_name, populate_by_name=True, frozen=True, extra="forbid")
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        # pydantic's copy takes any key, unchecked: a misspelt field would be carried along unseen.
+        if update and not update.keys() <= type(self).model_fields.keys():
+            unknown = sorted(set(update) - set(type(self).model_fields))
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(unknown)}")
+        return super().model_copy(update=update, deep=deep)
 
 
 class HostIP(_StatusModel):

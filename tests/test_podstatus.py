@@ -60,3 +60,9 @@ def test_unset_fields_stay_off_the_wire_and_required_ones_are_written_empty() ->
             "containerStatuses": [{**PodStatus(container_statuses=[cs]).to_api()["containerStatuses"][0],
                                    "containerID": "containerd://x"}]}
     assert PodStatus.model_validate(wire).to_api() == wire
+
+
+def test_a_copy_with_a_misspelt_field_raises() -> None:
+    # The writer refines statuses with model_copy(update=...), which pydantic does not check.
+    with pytest.raises(TypeError, match="has no field hostIp"):
+        PodStatus().model_copy(update={"hostIp": "10.0.0.1"})

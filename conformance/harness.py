@@ -190,7 +190,7 @@ class ContractAgent(Agent):
 def agent_handle(agent: Agent) -> Handle:
     """The AgentHandle ``agent`` gives its plugin factories (built the way it builds it)."""
     fields = {"runtime": agent.runtime, "clock": agent.clock, "node": agent.node, "config": agent.config,
-              "bus": agent.bus, "claims": agent.claims, "objects": getattr(agent, "objects", None)}
+              "bus": agent.bus, "objects": agent.objects}
     names = inspect.signature(Handle).parameters
     return Handle(**{k: v for k, v in fields.items() if k in names})
 

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
+import grpc
 
 from cri import RuntimeClient
+from cri.errors import DeadlineExceeded
 from nodeagent.additions import ALL_CONTAINERS, ContainerAdditions, PodAdditions
 from nodeagent.registry import Pipeline
 from nodeagent.stages import Phase, Result, Stage, Verdict, phases_of
@@ -47,6 +49,12 @@ MUTATIONS = frozenset({"run_pod_sandbox", "stop_pod_sandbox", "remove_pod_sandbo
 
 HOLD_LIMIT_SECONDS = 30.0
 """A held call or phase that no kill cancels within this is a failure (the kill did not reach it)."""
+SHIELDED_CALLS = frozenset({"start_container"})
+"""Calls the agent never abandons half-way (plugins/runtime/sync.py: a start cancelled on our side
+still completes in containerd): a kill cannot cancel them, so their holds are bounded instead."""
+ANSWER_LOST_AFTER_SECONDS = 2.0
+"""How long a shielded call is held: it then goes out (as-it-begins) or its answer is lost and
+the caller gets DeadlineExceeded, as from the client's deadline (answer-lost)."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +184,8 @@ class Recorder:
         self.pipeline = pipeline
         for stage in pipeline.stages.values():
             for phase in phases_of(stage):
+                if phase is Phase.NODE:
+                    continue  # a node-wide task (run), not a call per pod
                 method = getattr(stage, phase.value)
                 setattr(stage, phase.value, self._wrap(stage, phase, method))
 
@@ -302,15 +312,25 @@ class TracingRuntime:
 
     async def _held(self, hold: Hold, attr: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> Any:
+        shielded = attr.__name__ in SHIELDED_CALLS
         if hold.point == "as-it-begins":
             hold.reached.set()
-            await _until_killed(hold.where)
+            if not shielded:
+                await _until_killed(hold.where)
+            # The kill cannot reach a shielded call: after a while it goes out as any call does.
+            await anyio.sleep(ANSWER_LOST_AFTER_SECONDS)
         if hold.point == "answer-lost":
             with anyio.CancelScope(shield=True):
                 result = await attr(*args, **kwargs)
             hold.reached.set()
-            await _until_killed(hold.where)
-            return result  # pragma: no cover - the kill cancels the wait
+            if not shielded:
+                await _until_killed(hold.where)
+                return result  # pragma: no cover - the kill cancels the wait
+            # A shielded caller waits for the answer; a lost one reaches it as the client's deadline.
+            await anyio.sleep(ANSWER_LOST_AFTER_SECONDS)
+            raise DeadlineExceeded(grpc_method(attr.__name__), getattr(self._inner, "endpoint", ""),
+                                   grpc.StatusCode.DEADLINE_EXCEEDED,
+                                   "the answer was lost (the contract suite's answer-lost hold)")
         held = self._in_flight(grpc_method(attr.__name__), hold.uid) if self._in_flight else None
         if held is None:
             hold.reached.set()

@@ -461,7 +461,7 @@ class Agent:
         _EVENT_LOG.debug(getattr(event, "kind"), pod=str(event.pod) if event.pod.uid else None, **data)
 
 
-class _PortReport:
+class _PortReport(anyio.abc.TaskStatus[int]):
     """The local endpoint's task_status: every bind (a restart's too: with port 0 it is a new
     port) is kept in ``agent.endpoint_port``; the first also reaches the starter."""
 

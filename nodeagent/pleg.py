@@ -155,6 +155,7 @@ class Relister:
                         self._stream_events += 1
                         self.events_seen += 1
                         if not self._poke.is_set() and not self._settling:
+                            assert self._settle_group is not None, "the stream is followed inside run()"
                             self._settling = True
                             self._settle_group.start_soon(self._settle_then_poke)
                 finally:

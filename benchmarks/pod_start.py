@@ -930,6 +930,8 @@ async def run(sizes: Sequence[int], concurrency: int, grace: int, repeat: int, k
                         rec["vs_kubelet"] = sidebyside.peer_ratios(rec["agent"], rec["kubelet"], n)
                     rec["load_average"] = load_average()
                     reps.append(rec)
+                    with (workdir / "rounds.jsonl").open("a") as f:  # kept if a later round fails
+                        f.write(json.dumps(rec, default=str) + "\n")
                 merged = merge(reps)
                 merged["rounds"] = reps
                 results.append(merged)

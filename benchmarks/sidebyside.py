@@ -149,7 +149,8 @@ def render(results: Sequence[dict[str, Any]]) -> list[str]:
             f"{_f(k['rss_idle'], 1)} / {_f(a['rss_idle'], 1)} | "
             f"{_f(k['rss_at_n'], 1)} / {_f(a['rss_at_n'], 1)} | {_f(q['rss_at_n'])} | "
             f"{_f(k['rss_peak'], 1)} / {_f(a['rss_peak'], 1)} | {_f(q['rss_peak'])} | "
-            f"{_f(k['cores_idle'], 3)} / {_f(a['cores_idle'], 3)} | {_f(k['cores_at_n'], 3)} / {_f(a['cores_at_n'], 3)} |"
+            f"{_f(k['cores_idle'], 3)} / {_f(a['cores_idle'], 3)} | "
+            f"{_f(k['cores_at_n'], 3)} / {_f(a['cores_at_n'], 3)} |"
         )
     lines += ["", "**Issue 19's goals** (median per-round ratio nodeagent / kubelet).", "",
               "| goal | ratio by N | met |", "|---|---|---|"]

@@ -1,6 +1,9 @@
-"""Pod start latency and throughput: nodeagent against a raw-CRI baseline, same run, same containerd.
+"""Pod start latency and throughput: nodeagent against a raw-CRI baseline and the upstream kubelet,
+same run, same containerd.
 
-    python -m benchmarks.pod_start                 # sizes 1, 30, 110 (about 2-4 minutes)
+    python -m benchmarks.pod_start                 # sizes 1, 30, 110 (+ the kubelet if it is built)
+    python -m benchmarks.pod_start --peer none     # without the kubelet (about 2-4 minutes)
+    python -m benchmarks.pod_start --peer kubelet  # build the kubelet if needed; 3 rounds (10-40 min)
     python -m benchmarks.pod_start --quick         # sizes 1, 10
     python -m benchmarks.pod_start --sizes 5,50 --append benchmarks/RESULTS.md
 
@@ -22,9 +25,17 @@ What happens, for each size N (one busybox container per pod, ``sleep 3600``):
    dirs, a static pod dir, its local endpoint on a free loopback port); N manifests are written
    into the static pod dir, then removed.
 
-Both are timed the same way: from the start (first manifest written / first call issued) until
+3. **kubelet** (``--peer``; by default whenever ``python -m controlplane build kubelet`` has put it
+   in the cache): the upstream kubelet, standalone with a static pod dir (benchmarks/kubelet_peer.py
+   says how it is configured and kept from the shared host), the same N manifests; its teardown
+   is polled to *stopped* and, separately, to *empty* (its container GC removes sandboxes once a
+   minute), then whatever is left is removed through CRI. benchmarks/sidebyside.py computes the
+   per-round nodeagent / kubelet ratios and issue 19's goals.
+
+All are timed the same way: from the start (first manifest written / first call issued) until
 every pod's containers are RUNNING as seen by a CRI ListContainers poll every 50 ms; teardown until
-ListPodSandbox and ListContainers are both empty. Per-pod latency is the poll time at which that
+nothing runs (no running container, no ready sandbox: *stopped*) and until ListPodSandbox and
+ListContainers are both empty. Per-pod latency is the poll time at which that
 pod was first seen running, counted from the start (like density_test.go's create → Running).
 nodeagent's own view comes from its trace (``/trace/UID``: PodStarted.seconds_since_observed and
 the events before it) and its ``/metrics`` (relist and stage histograms). Memory and CPU are read

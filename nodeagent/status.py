@@ -342,6 +342,9 @@ def compute(rec: _PodRecord) -> PodStatus:
         update.update(phase="Pending", conditions=pending_conditions(pod, rec))
     update["init_container_statuses"] = _overlay_waiting(init, rec.waiting)
     update["container_statuses"] = _overlay_waiting(regular, rec.waiting)
+    if observed is not None and observed.ephemeral_container_statuses:
+        update["ephemeral_container_statuses"] = _overlay_waiting(observed.ephemeral_container_statuses,
+                                                                  rec.waiting)
     status = base.model_copy(update=update)
 
     if observed is not None:

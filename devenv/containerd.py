@@ -385,6 +385,11 @@ class Containerd:
     def write_config(self) -> None:
         for d in (self.base_dir, self.cni_conf_dir, self.cni_data_dir, self.cdi_spec_dir):
             d.mkdir(parents=True, exist_ok=True)
+        # Searchable by others, as containerd makes its own /var/lib and /run dirs (0711): a
+        # user-namespaced container's root is a host ID of its own, and runc, already in that
+        # namespace, must reach the bundle's rootfs under the state dir (a 0700 mkdtemp base
+        # fails it with "remount-propagation ... permission denied").
+        self.base_dir.chmod(0o711)
         self.config_path.write_text(self.config_text())
         conflist = self.cni_conf_dir / CONFLIST
         conflist.write_text(json.dumps(self.cni_config(), indent=2) + "\n")

@@ -25,8 +25,6 @@ def _pod(**spec: Any) -> Pod:
      'volume "eph" is a ephemeral volume'),
     ({"volumes": [{"name": "nfs", "nfs": {"server": "s", "path": "/"}}]}, UNSUPPORTED_VOLUME, "nfs volume"),
     ({"volumes": [{"name": "img", "image": {"reference": "busybox"}}]}, UNSUPPORTED_VOLUME, "image volume"),
-    ({"runtimeClassName": "gvisor"}, UNSUPPORTED_FIELD, "spec.runtimeClassName is not implemented"),
-    ({"hostUsers": False}, UNSUPPORTED_FIELD, "user namespace"),
     ({"securityContext": {"supplementalGroupsPolicy": "Strict"}}, UNSUPPORTED_FIELD, "supplementalGroupsPolicy"),
     ({"container": {"volumeDevices": [{"name": "b", "devicePath": "/dev/b"}]}}, UNSUPPORTED_FIELD,
      "spec.containers[0].volumeDevices"),
@@ -38,6 +36,10 @@ def test_what_the_pod_would_run_without_is_refused(spec: dict[str, Any], reason:
 
 @pytest.mark.parametrize("spec", [
     {"hostUsers": True},
+    # honoured since issue 15 §3/§4: the runtime stage resolves the class and sets up the user
+    # namespace, or fails the sandbox with the kubelet's reason (tests/test_runtimeclass.py)
+    {"hostUsers": False},
+    {"runtimeClassName": "gvisor", "overhead": {"cpu": "10m"}},
     {"schedulingGates": [{"name": "g"}]},
     {"securityContext": {"supplementalGroupsPolicy": "Merge"}},
     {"volumes": [{"name": "v", "emptyDir": {}}]},

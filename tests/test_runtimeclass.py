@@ -180,8 +180,8 @@ def test_the_runtime_class_admission_of_static_pods() -> None:
         runtimeclass.admit({**pod, "spec": {**pod["spec"], "overhead": {"cpu": "1"}}}, rc)
     with pytest.raises(runtimeclass.RuntimeClassRejected, match="^pod rejected: Pod Overhead set without"):
         runtimeclass.admit({**pod, "spec": {**pod["spec"], "overhead": {"cpu": "1"}}}, runtime_class("c", "crun"))
-    with pytest.raises(runtimeclass.RuntimeClassRejected,
-                       match=r"^conflict: runtimeClass.scheduling.nodeSelector\[a\] = 9; pod.spec.nodeSelector\[a\] = 1$"):
+    conflict = r"^conflict: runtimeClass.scheduling.nodeSelector\[a\] = 9; pod.spec.nodeSelector\[a\] = 1$"
+    with pytest.raises(runtimeclass.RuntimeClassRejected, match=conflict):
         runtimeclass.admit(pod, runtime_class("c", "crun", scheduling={"nodeSelector": {"a": "9"}}))
     with pytest.raises(ValueError, match="handler"):
         runtimeclass.check(runtime_class("c", "Not_A_Label"))

@@ -24,8 +24,8 @@ import structlog
 
 from nodeagent import events as ev
 from nodeagent.kube import runtimeclass
-from nodeagent.objects.kinds import RUNTIME_CLASS
 from nodeagent.objects.filestore import FileObjects
+from nodeagent.objects.kinds import RUNTIME_CLASS
 from nodeagent.sources.manifest import MAX_MANIFEST_BYTES, ManifestError
 from nodeagent.sources.staticpod import FileObject, parse_documents, parse_manifest, static_pod_uid
 

@@ -23,6 +23,7 @@ from nodeagent.kube import resources, runtimeclass
 from nodeagent.model import Pod
 from nodeagent.objects.filestore import FileObjects
 from nodeagent.sources.static import StaticPodSource
+from nodeagent.validation import validate_pod_create
 from plugins.runtime import podcgroup
 from plugins.runtime.userns import IDS_PER_POD, UserNamespaces, unsupported_message
 from tests.agent_helpers import AgentEnv, pod_manifest, running_agent, wait_for
@@ -307,3 +308,19 @@ async def test_static_source_applies_the_class_once(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text(json.dumps(pod_manifest("other")))
     await source.scan()
     assert len([e for e in published if e.kind == "ManifestRejected"]) == 1
+
+
+def test_validation_reads_host_users_where_v1_has_it() -> None:
+    """spec.hostUsers (v1 keeps it in the spec): false forbids the host namespaces and allows an
+    Unmasked procMount, as the API server's validation says."""
+    def errors(**spec: Any) -> list[str]:
+        doc = pod_manifest("p", **spec)
+        doc["metadata"]["namespace"] = "default"
+        return [str(e) for e in validate_pod_create(doc)]
+
+    assert any("spec.hostNetwork" in e and "when `pod.Spec.HostUsers` is false" in e
+               for e in errors(hostUsers=False, hostNetwork=True))
+    assert not errors(hostUsers=False)
+    unmasked = {"securityContext": {"procMount": "Unmasked"}}
+    assert not errors(hostUsers=False, container=unmasked)
+    assert any("`hostUsers` must be false to use `Unmasked`" in e for e in errors(container=unmasked))

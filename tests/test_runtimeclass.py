@@ -208,7 +208,10 @@ async def _userns_supported(env: AgentEnv, handler: str) -> str | None:
 async def test_host_users_false_gets_its_own_user_namespace_or_the_kubelets_refusal(containerd: Any,
                                                                                    tmp_path: Path) -> None:
     async with running_agent(containerd, tmp_path) as env:
-        env.write("isolated.yaml", pod_manifest("isolated", hostUsers=False))
+        env.write("isolated.yaml", pod_manifest(
+            "isolated", "touch /data/made-inside && exec sleep 3600", hostUsers=False,
+            volumes=[{"name": "data", "emptyDir": {}}],
+            container={"volumeMounts": [{"name": "data", "mountPath": "/data"}]}))
         env.write("shared.yaml", pod_manifest("shared", hostUsers=True))
         shared = await env.wait_running("shared")
         host_map = await exec_out(env, shared.id, "cat", "/proc/self/uid_map")
@@ -231,6 +234,11 @@ async def test_host_users_false_gets_its_own_user_namespace_or_the_kubelets_refu
         assert fields[0] == "0" and fields[2] == str(IDS_PER_POD) and int(fields[1]) >= IDS_PER_POD
         assert gid_fields == fields
         assert await exec_out(env, isolated.id, "id", "-u") == "0"
+        # Volumes are idmapped mounts (the runtime's job): what the pod's root wrote is owned by
+        # root on the host, not by the host ID the pod's root is.
+        made = hostpaths.volume_dir(hostpaths.pod_dir(env.config.root_dir, uid), "kubernetes.io~empty-dir",
+                                    "data") / "made-inside"
+        assert made.stat().st_uid == 0 and made.stat().st_gid == 0
         # The allocation is the kubelet's file in the pod directory.
         mapping = json.loads((hostpaths.pod_dir(env.config.root_dir, uid) / "userns").read_text())
         assert mapping == {"uidMappings": [{"hostId": int(fields[1]), "containerId": 0, "length": IDS_PER_POD}],
@@ -249,10 +257,8 @@ async def test_a_handler_without_user_namespaces_refuses_the_pod(containerd: Any
         env.write("class.yaml", runtime_class("fast", "crun"))
         env.write("p.yaml", pod_manifest("p", runtimeClassName="fast", hostUsers=False))
         event = await waiting_on(env, "p", "FailedCreatePodSandBox")
-        if containerd.runtime.name == CONTAINERD16:
-            why = "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
-        else:  # crun 1.8.1 (Debian) predates idmapped mounts in crun (1.9): containerd says no
-            why = 'can\'t set `spec.hostUsers: false`, RuntimeClass handler "crun" does not support user namespaces'
+        # 1.6 reports no handlers; on 2.x crun 1.8.1 (Debian) predates crun's idmapped mounts (1.9)
+        why = 'can\'t set `spec.hostUsers: false`, RuntimeClass handler "crun" does not support user namespaces'
         assert event["message"] == f"Failed to create pod sandbox: {why}"
         assert env.status_of("p")["phase"] == "Pending"
         assert not [s for s in await env.client.list_pod_sandbox() if s.labels.get(L.MANAGED_BY) == env.node]
@@ -281,6 +287,9 @@ def test_the_refusals_name_the_handler() -> None:
                                   t.RuntimeHandler(name="crun", features=t.RuntimeHandlerFeatures())], None)
     prefix = "can't set `spec.hostUsers: false`, "
     assert unsupported_message("", none) == prefix + "runtime does not support user namespaces"
+    assert unsupported_message("crun", none) == prefix + 'RuntimeClass handler "crun" does not support user namespaces'
+    assert unsupported_message("", t.RuntimeCapabilities(caps.runtime_handlers[1:], None)) == (
+        prefix + 'runtime does not support user namespaces: the handler "" is not known')
     assert unsupported_message("", caps) is None
     assert unsupported_message("crun", caps) == prefix + 'RuntimeClass handler "crun" does not support user namespaces'
     assert unsupported_message("kata", caps) == (prefix + 'RuntimeClass handler "kata" does not support user '

@@ -9,6 +9,8 @@ Mounts, devices and extra env that prepare stages (volumes, devices) contribute 
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 from collections.abc import Sequence
@@ -119,6 +121,11 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
     etc_hosts = _hosts_mount(pod, facts, settings, mounts)
     if etc_hosts is not None:
         mounts.append(etc_hosts)
+    if userns is not None and userns.uids:
+        # The kubelet asks for every mount to be idmapped with the pod's mappings (the runtime
+        # makes the idmapped mounts): files the pod's root writes are root's on the host too.
+        mounts = [dataclasses.replace(m, uid_mappings=list(userns.uids), gid_mappings=list(userns.gids))
+                  for m in mounts]
 
     annotations = {
         L.CONTAINER_HASH: container_hash(container),

@@ -46,19 +46,18 @@ class UserNamespacesUnsupported(SandboxConfigError):
 
 
 def unsupported_message(handler: str, caps: t.RuntimeCapabilities) -> str | None:
-    """Why ``handler`` cannot do user namespaces (the kubelet's text), or None if it can."""
-    prefix = "can't set `spec.hostUsers: false`, "
-    if not caps.runtime_handlers:
-        return prefix + "runtime does not support user namespaces"
+    """Why ``handler`` cannot do user namespaces (the kubelet's text, userns_manager.go with
+    HandlerSupportsUserNamespaces), or None if it can. A runtime that reports no handlers (too
+    old for the field) supports none; a handler missing from a non-empty list is "not known"."""
     found = caps.handler(handler)
-    if found is None:
-        return f'{prefix}RuntimeClass handler "{handler}" does not support user namespaces: ' \
-               f'the handler "{handler}" is not known'
-    if found.features is not None and found.features.user_namespaces:
+    if found is not None and found.features is not None and found.features.user_namespaces:
         return None
-    if handler == "":
-        return prefix + "runtime does not support user namespaces"
-    return f'{prefix}RuntimeClass handler "{handler}" does not support user namespaces'
+    why = "can't set `spec.hostUsers: false`, " + (
+        f'RuntimeClass handler "{handler}" does not support user namespaces' if handler else
+        "runtime does not support user namespaces")
+    if found is None and caps.runtime_handlers:
+        why += f': the handler "{handler}" is not known'
+    return why
 
 
 class UserNamespaces:

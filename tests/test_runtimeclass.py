@@ -26,7 +26,8 @@ from nodeagent.sources.static import StaticPodSource
 from nodeagent.validation import validate_pod_create
 from plugins.runtime import podcgroup
 from plugins.runtime.userns import IDS_PER_POD, UserNamespaces, unsupported_message
-from tests.agent_helpers import AgentEnv, pod_manifest, running_agent, wait_for
+from tests.agent_helpers import BUSYBOX_IMAGE, AgentEnv, pod_manifest, running_agent, wait_for
+from tests.test_apivolumes import cluster_node
 
 pytestmark = pytest.mark.anyio
 
@@ -333,3 +334,25 @@ def test_validation_reads_host_users_where_v1_has_it() -> None:
     unmasked = {"securityContext": {"procMount": "Unmasked"}}
     assert not errors(hostUsers=False, container=unmasked)
     assert any("`hostUsers` must be false to use `Unmasked`" in e for e in errors(container=unmasked))
+
+
+async def test_cluster_mode_reads_the_class_from_the_api(containerd: Any, control_plane: Any, tmp_path: Path) -> None:
+    """With an API server: the class is the API's (read with the node's credentials), its
+    overhead is the API server's admission's doing (spec.overhead), and the pod runs under crun."""
+    async with cluster_node(containerd, control_plane, tmp_path) as node:
+        name = f"crun-{node.name}"
+        await node.create(runtime_class(name, "crun", overhead={"podFixed": {"memory": "16Mi"}}))
+        try:
+            pod = await node.run_pod(f"rc-{node.name}", {"name": "main", "image": BUSYBOX_IMAGE,
+                                                         "command": ["sleep", "3600"]}, runtimeClassName=name)
+            assert pod["spec"]["overhead"] == {"memory": "16Mi"}  # the API server's RuntimeClass admission
+            uid = pod["metadata"]["uid"]
+            main = await wait_for(lambda: node.running(uid, "main"), 60, "the pod's container running")
+            sandboxes = await node.env.client.list_pod_sandbox(t.PodSandboxFilter(label_selector={L.POD_UID: uid}))
+            assert [s.runtime_handler for s in sandboxes] == ["crun"]
+            assert main in oci_listed(CRUN.probe, containerd.crun_root)
+        finally:
+            await node.kubectl("delete", "pods", "-A", "--field-selector", f"spec.nodeName={node.name}",
+                               "--wait=false", check=False)
+            await node.env.wait_empty(60)
+            await node.kubectl("delete", "runtimeclass", name, "--wait=false", check=False)

@@ -134,7 +134,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         await self._remove_empty_leftovers(ctx, [s for s in sandboxes if not ready or s.id != ready[0].id])
         # The kubelet resolves the handler and the user namespace in generatePodSandboxConfig:
         # an unknown class or a handler without user namespaces fails here, before anything runs.
-        handler = await handler_of(ctx)
+        # A sandbox that runs already keeps the handler it runs under (its class may be gone).
+        handler = ready[0].runtime_handler if ready else await handler_of(ctx)
         userns = await self._userns.options(ctx, handler)
         if ready:
             sandbox = ready[0]

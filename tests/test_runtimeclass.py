@@ -26,7 +26,7 @@ from nodeagent.sources.static import StaticPodSource
 from nodeagent.validation import validate_pod_create
 from plugins.runtime import podcgroup
 from plugins.runtime.userns import IDS_PER_POD, UserNamespaces, unsupported_message
-from tests.agent_helpers import BUSYBOX_IMAGE, AgentEnv, pod_manifest, running_agent, wait_for
+from tests.agent_helpers import BUSYBOX_IMAGE, AgentEnv, make_config, pod_manifest, running_agent, wait_for
 from tests.test_apivolumes import cluster_node
 
 pytestmark = pytest.mark.anyio
@@ -356,3 +356,20 @@ async def test_cluster_mode_reads_the_class_from_the_api(containerd: Any, contro
                                "--wait=false", check=False)
             await node.env.wait_empty(60)
             await node.kubectl("delete", "runtimeclass", name, "--wait=false", check=False)
+
+
+async def test_a_restarted_agent_adopts_a_pod_whose_class_is_gone(containerd: Any, tmp_path: Path) -> None:
+    """The running sandbox keeps its handler: a restart does not fail the pod for a class deleted
+    meanwhile (the kubelet looks the class up only to create a sandbox)."""
+    config = make_config(tmp_path, containerd.endpoint)
+    async with running_agent(containerd, tmp_path, config=config, cleanup=False) as env:
+        env.write("class.yaml", runtime_class("fast", "crun"))
+        env.write("p.yaml", pod_manifest("p", runtimeClassName="fast"))
+        first = await env.wait_running("p")
+        sandbox = await sandbox_of(env, "p")
+    (config.static_pod_path / "class.yaml").unlink()  # type: ignore[operator]
+    async with running_agent(containerd, tmp_path, config=config) as env:
+        await env.wait_seen_running("p")
+        assert (await sandbox_of(env, "p")).id == sandbox.id
+        assert [c.id for c in await env.running_containers("p")] == [first.id]
+        assert not [e for e in env.agent.trace.chain(f"default/p-{env.node}") if e["kind"] == "PodWaiting"]

@@ -30,9 +30,6 @@ class Refusal:
 _VOLUME_SOURCE = re.compile(r"^spec\.volumes\[(\d+)\]\.(\w+)$")
 # Paths (after list indexes are dropped) whose absence changes what the pod gets, and why.
 _CONSEQUENTIAL = {
-    "spec.containers.volumeDevices": "a raw block device the container asks for would be missing",
-    "spec.initContainers.volumeDevices": "a raw block device the container asks for would be missing",
-    "spec.ephemeralContainers.volumeDevices": "a raw block device the container asks for would be missing",
     "spec.ephemeralContainers.targetContainerName": "the debug container would not share the target's namespaces",
     "spec.resourceClaims.resourceClaim": "a device claim the pod asks for would be missing",
 }

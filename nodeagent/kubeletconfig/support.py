@@ -182,7 +182,8 @@ FIELDS: Mapping[str, Support] = {
     "containerRuntimeEndpoint": _h(),
     "imageServiceEndpoint": _u("images go through containerRuntimeEndpoint"),
     "failCgroupV1": _u("nodeagent runs on cgroup v1 hosts too", False),
-    "userNamespaces": _u("pods with hostUsers: false are not given user namespaces"),
+    "userNamespaces": _u("pods with hostUsers: false get 65536 IDs each (plugins/runtime/userns.py): idsPerPod is "
+                         "not read"),
 }
 
 

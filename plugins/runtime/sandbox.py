@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cri import CriError
 from cri import types as t
 from nodeagent import hostpaths
 from nodeagent import labels as L
@@ -17,7 +18,7 @@ _PROTOCOLS = {"TCP": t.Protocol.TCP, "UDP": t.Protocol.UDP, "SCTP": t.Protocol.S
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 RESOLV_CONF = Path("/etc/resolv.conf")
 
-__all__ = ["SandboxConfigError", "host_dns", "log_directory", "pod_labels", "sandbox_config"]
+__all__ = ["SandboxConfigError", "grpc_error_text", "host_dns", "log_directory", "pod_labels", "sandbox_config"]
 
 
 class SandboxConfigError(Retryable):
@@ -25,6 +26,12 @@ class SandboxConfigError(Retryable):
     retries, with the event reason FailedCreatePodSandBox)."""
 
     reason = "FailedCreatePodSandBox"
+
+
+def grpc_error_text(exc: CriError) -> str:
+    """A CRI failure as the kubelet's messages quote it (Go gRPC's status text)."""
+    code = "".join(part.capitalize() for part in exc.code.name.split("_")) if exc.code is not None else "Unknown"
+    return f"rpc error: code = {code} desc = {exc.details}"
 
 
 def log_directory(pod_logs_dir: Path, pod: Pod) -> Path:
@@ -43,9 +50,10 @@ def pod_labels(pod: Pod, node_name: str) -> dict[str, str]:
 
 
 def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path, node_name: str, *,
-                   settings: NodeConfig | None = None) -> t.PodSandboxConfig:
+                   settings: NodeConfig | None = None, userns: t.UserNamespace | None = None) -> t.PodSandboxConfig:
     """``settings`` (the node's configuration) supplies clusterDomain, clusterDNS, resolvConf,
-    rootDir and seccompDefault; without it: cluster.local, no cluster DNS, /etc/resolv.conf."""
+    rootDir and seccompDefault; without it: cluster.local, no cluster DNS, /etc/resolv.conf.
+    ``userns``: the pod's user namespace options (plugins/runtime/userns.py)."""
     spec = pod.spec
     cluster_domain = settings.cluster_domain if settings is not None else DEFAULT_CLUSTER_DOMAIN
     root_dir = settings.root_dir if settings is not None else None
@@ -77,7 +85,8 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path, node_name: str, *
         linux=t.LinuxPodSandboxConfig(
             cgroup_parent=podcgroup.cgroup_parent(pod, settings),
             security_context=security.sandbox_security(
-                pod, root_dir=root_dir, seccomp_default=bool(settings is not None and settings.seccomp_default)),
+                pod, root_dir=root_dir, seccomp_default=bool(settings is not None and settings.seccomp_default),
+                userns=userns),
             sysctls=security.sysctls(pod),
         ),
     )

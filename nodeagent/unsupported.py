@@ -30,8 +30,6 @@ class Refusal:
 _VOLUME_SOURCE = re.compile(r"^spec\.volumes\[(\d+)\]\.(\w+)$")
 # Paths (after list indexes are dropped) whose absence changes what the pod gets, and why.
 _CONSEQUENTIAL = {
-    "spec.runtimeClassName": "the pod would run under the default runtime handler instead of its runtime class",
-    "spec.overhead": "the pod's runtime-class overhead would not be accounted for",
     "spec.ephemeralContainers.targetContainerName": "the debug container would not share the target's namespaces",
     "spec.resourceClaims.resourceClaim": "a device claim the pod asks for would be missing",
 }
@@ -39,10 +37,6 @@ _CONSEQUENTIAL = {
 
 def refusal(pod: Pod) -> Refusal | None:
     """Why ``pod`` must not run on this node as it is, or None."""
-    extra = pod.spec.model_extra or {}
-    if extra.get("hostUsers") is False:
-        return Refusal(UNSUPPORTED_FIELD, "spec.hostUsers: false asks for a user namespace, which nodeagent does "
-                                          "not set up yet: the pod would run in the host's user namespace")
     sc = pod.spec.security_context
     if sc is not None and (sc.model_extra or {}).get("supplementalGroupsPolicy") == "Strict":
         return Refusal(UNSUPPORTED_FIELD, "spec.securityContext.supplementalGroupsPolicy: Strict is not "

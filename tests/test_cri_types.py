@@ -29,8 +29,7 @@ RENAMED = {"VersionInfo": "VersionResponse", "ExecSyncResult": "ExecSyncResponse
 # that the client flattens.
 UNEXPOSED_PREFIXES = ("Windows",)
 UNEXPOSED = {"Int64Value", "UInt64Value", "PodSandboxStateValue", "ContainerStateValue", "KeyValue",
-             "RuntimeConfig", "NetworkConfig", "RuntimeHandler", "RuntimeHandlerFeatures", "RuntimeFeatures",
-             "PodSandboxStatusResponse"}
+             "RuntimeConfig", "NetworkConfig", "PodSandboxStatusResponse"}
 
 
 def dataclasses_in_types() -> dict[str, type]:

@@ -248,7 +248,8 @@ class Syncer:
         try:
             config = container_config(pod, container, attempt, ref, self.node_name,
                                       container_type=CONTAINER_TYPES[step.kind],
-                                      additions=extra, **await runtime_inputs(ctx, sandbox_id, ref))
+                                      additions=extra, userns=_userns_of(sandbox_config),
+                                      **await runtime_inputs(ctx, sandbox_id, ref))
         except CriError as exc:
             message_file.unlink(missing_ok=True)
             await _failed(ctx, name, "CreateContainerConfigError", str(exc.details or exc))
@@ -403,3 +404,10 @@ async def _start_container(ctx: PodContext, container_id: str) -> None:
     with anyio.CancelScope(shield=True):
         await ctx.runtime.start_container(container_id)
 
+
+def _userns_of(config: t.PodSandboxConfig) -> t.UserNamespace | None:
+    """The sandbox's user namespace options, which each container repeats (as the kubelet's)."""
+    linux = config.linux
+    sc = linux.security_context if linux is not None else None
+    options = sc.namespace_options if sc is not None else None
+    return options.userns_options if options is not None else None

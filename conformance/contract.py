@@ -48,9 +48,9 @@ skips), :meth:`StageContract.manifests` for documents the pods need beside them 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -59,12 +59,12 @@ import pytest
 
 from conformance.harness import (
     CANCEL_POINTS,
-    agent_handle,
     MUTATIONS,
     SETUP_PHASES,
     UNDO_PHASES,
     Harness,
     RuntimeKind,
+    agent_handle,
     containerd_runtime,
     memory_runtime,
     open_harness,

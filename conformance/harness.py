@@ -27,21 +27,21 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import time
-from logging import WARNING
 import os
 import shutil
 import subprocess
 import tempfile
-import warnings
+import time
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
+from logging import WARNING
 from pathlib import Path
-from unittest import mock
 from typing import Any, Literal, TypeVar, overload
+from unittest import mock
 
 import anyio
 import anyio.abc
@@ -62,11 +62,11 @@ from cri import NotFound, RuntimeClient
 from cri import types as t
 from devenv.images import BUSYBOX_IMAGE
 from nodeagent import labels as L
+from nodeagent import registry
 from nodeagent.agent import Agent, Handle
 from nodeagent.config import AgentConfig
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
-from nodeagent import registry
 from nodeagent.registry import DEFAULT_PROFILE, Pipeline
 from nodeagent.stages import Phase, Verdict, phases_of
 

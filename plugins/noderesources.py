@@ -11,9 +11,9 @@ from typing import ClassVar
 
 from nodeagent.kube import nodefit
 from nodeagent.model import Pod
-from nodeagent.pluginconfig import NoConfig
 from nodeagent.objects import View
 from nodeagent.objects.ownnode import labels_of, own_node
+from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import Admit, AgentHandle, NodeView, Result
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+from nodeagent.kube.security import is_privileged, normalize_sysctl
 from nodeagent.model import Pod
 from nodeagent.pluginconfig import PluginConfig
 from nodeagent.stages import Admit, AgentHandle, NodeView, Result
-from nodeagent.kube.security import is_privileged, normalize_sysctl
 
 FORBIDDEN = "Forbidden"
 SYSCTL_FORBIDDEN = "SysctlForbidden"

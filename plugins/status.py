@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 
@@ -37,6 +37,7 @@ from nodeagent.kube.restartpolicy import (
     should_restart,
 )
 from nodeagent.model import Container, Pod
+from nodeagent.pluginconfig import NoConfig
 from nodeagent.podfacts import RESIZE, RESTART_ALL_AT, RUNTIME_NOTES, RuntimeNotes
 from nodeagent.podstatus import (
     ConditionStatus,
@@ -52,7 +53,6 @@ from nodeagent.podstatus import (
     ResourceStatus,
 )
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
-from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import AgentHandle, Observe, PodContext
 from nodeagent.stash import StashKey
 from nodeagent.status import rfc3339

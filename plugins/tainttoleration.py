@@ -18,9 +18,9 @@ import structlog
 from nodeagent import labels as L
 from nodeagent.kube.taints import first_untolerated
 from nodeagent.model import Pod
-from nodeagent.pluginconfig import NoConfig
 from nodeagent.objects import View
 from nodeagent.objects.ownnode import own_node, taints_of
+from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import Admit, AgentHandle, NodeView, Result
 
 log = structlog.get_logger("nodeagent.tainttoleration")
@@ -42,7 +42,8 @@ class TaintToleration(Admit):
         if taint is None:
             return Result.ok()
         # The kubelet's message does not say which taint; the log does.
-        log.info("pod does not tolerate a NoExecute taint of the Node", pod=f"{pod.metadata.namespace}/{pod.metadata.name}",
+        log.info("pod does not tolerate a NoExecute taint of the Node",
+                 pod=f"{pod.metadata.namespace}/{pod.metadata.name}",
                  taint=f"{taint.get('key')}={taint.get('value') or ''}:{taint.get('effect')}")
         return Result.reject(REASON, MESSAGE)
 

@@ -41,8 +41,8 @@ import yaml
 
 from controlplane import build as cpbuild
 from controlplane.cluster import ControlPlane, free_port
-from nodeagent.certificates.pem import parse_certificate, split_pem
 from cri import RuntimeClient
+from nodeagent.certificates.pem import parse_certificate, split_pem
 from tests.agent_helpers import BUSYBOX_IMAGE, runtime_objects, wait_for
 
 REPO = Path(__file__).resolve().parent.parent

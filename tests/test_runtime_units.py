@@ -11,10 +11,10 @@ from cri import types as t
 from nodeagent import labels as L
 from nodeagent.model import Pod
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
+from nodeagent.terminationmessage import create_message_file, read_message
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.plan import plan
 from plugins.runtime.sync import go_duration
-from nodeagent.terminationmessage import create_message_file, read_message
 from plugins.status import Facts
 from plugins.status import compute as compute_status
 

@@ -71,7 +71,8 @@ def load_yaml(text: str) -> list[Any]:
         return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc is not None]  # noqa: S506 - SafeLoader
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 0
-        raise DecodeError(f"failed to decode: error converting YAML to JSON: yaml: line {line}: {exc.problem}") from None
+        raise DecodeError(f"failed to decode: error converting YAML to JSON: yaml: line {line}: "
+                          f"{exc.problem}") from None
     except yaml.YAMLError as exc:
         raise DecodeError(f"failed to decode: error converting YAML to JSON: yaml: {exc}") from None
 

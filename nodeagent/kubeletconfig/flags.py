@@ -191,7 +191,8 @@ def _reserved_memory(text: str) -> list[dict[str, Any]]:
     for spec in text.split(";"):
         node, sep, limits = spec.partition(":")
         if not sep:
-            raise ValueError(f"the reserved memory has incorrect format, expected numaNodeID:type=quantity[,type=quantity...], got {spec}")
+            raise ValueError("the reserved memory has incorrect format, expected "
+                             f"numaNodeID:type=quantity[,type=quantity...], got {spec}")
         try:
             numa = int(node.strip())
         except ValueError:

@@ -69,7 +69,8 @@ def _note(origins: dict[str, Origin], patch: Mapping[str, Any], origin: Origin) 
 def read_config_file(path: Path) -> dict[str, Any]:
     """``--config``: the checked document, or the kubelet's start-up error."""
     absolute = Path(os.path.abspath(path))
-    prefix = f"failed to load kubelet config file, path: {path}, error: failed to load Kubelet config file {path}, error "
+    prefix = (f"failed to load kubelet config file, path: {path}, error: failed to load Kubelet config file "
+              f"{path}, error ")
     try:
         text = absolute.read_text()
     except OSError as exc:

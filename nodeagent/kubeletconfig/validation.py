@@ -90,11 +90,13 @@ def _checks(kc: KubeletConfiguration) -> Iterator[str]:  # noqa: C901 - one chec
         yield bad + f"healthzPort (--healthz-port) {kc.healthz_port} must be between 1 and 65535, inclusive"
     period = kc.cpu_cfs_quota_period or 0.0
     if not on("CustomCPUCFSQuotaPeriod") and period != 0.1:
-        yield bad + f"cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {_d(period)} requires feature gate CustomCPUCFSQuotaPeriod"
+        yield bad + (f"cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {_d(period)} requires feature gate "
+                     "CustomCPUCFSQuotaPeriod")
     if on("CustomCPUCFSQuotaPeriod") and not 0.001 <= period <= 1.0:
         yield bad + f"cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {_d(period)} must be between 1ms and 1sec, inclusive"
     if not 0 <= high <= 100:
-        yield bad + f"imageGCHighThresholdPercent (--image-gc-high-threshold) {high} must be between 0 and 100, inclusive"
+        yield bad + (f"imageGCHighThresholdPercent (--image-gc-high-threshold) {high} must be between 0 and 100, "
+                     "inclusive")
     if not 0 <= low <= 100:
         yield bad + f"imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be between 0 and 100, inclusive"
     if low >= high:
@@ -165,7 +167,8 @@ def _checks(kc: KubeletConfiguration) -> Iterator[str]:  # noqa: C901 - one chec
             yield bad + "taint.TimeAdded is not nil"
     if kc.topology_manager_policy not in _TOPOLOGY_POLICIES:
         listed = "[" + " ".join(f'"{p}"' for p in _TOPOLOGY_POLICIES) + "]"
-        yield bad + f'topologyManagerPolicy (--topology-manager-policy) "{kc.topology_manager_policy}" must be one of: {listed}'
+        yield bad + (f'topologyManagerPolicy (--topology-manager-policy) "{kc.topology_manager_policy}" '
+                     f"must be one of: {listed}")
     if kc.topology_manager_scope not in ("container", "pod"):
         yield bad + (f'topologyManagerScope (--topology-manager-scope) "{kc.topology_manager_scope}" must be one of: '
                      '"container", or "pod"')

@@ -43,9 +43,9 @@ from nodeagent.config import AgentConfig
 from nodeagent.events import PodRef
 from nodeagent.kubeletserver import authn, authz, containerlogs, nodestats, streams
 from nodeagent.kubeletserver.certs import server_context, serving_pair
-from nodeagent.listener import MAX_CONNECTIONS, ConnectionLimit, Slot, accept_loop
 from nodeagent.kubeletserver.wire import BadRequest, Request, StatusRecorder, read_request, respond
 from nodeagent.lifecycle import PodState
+from nodeagent.listener import MAX_CONNECTIONS, ConnectionLimit, Slot, accept_loop
 from nodeagent.model import Pod
 from nodeagent.pleg import Relister
 from nodeagent.stages import NodeInfo

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import structlog
 import httpx2 as httpx  # the HTTP library under lightkube's client (lightkube 1.x requires it)
+import structlog
 
 from nodeagent.backoff import Backoff
 from nodeagent.clock import Clock, SystemClock

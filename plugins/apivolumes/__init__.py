@@ -41,14 +41,21 @@ from cri import types as t
 from nodeagent import events as ev
 from nodeagent import hostpaths
 from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, ContainerAdditions, VolumeBind, add_mounts
+from nodeagent.kube.configdata import ObjectReader, ObjectUnavailable
+from nodeagent.kube.env import FieldError, PodFacts, container_env
 from nodeagent.model import EmptyDirVolumeSource, Volume, unhonoured_fields
-from nodeagent.pluginconfig import PluginConfig
+from nodeagent.mounttable import is_mount_point, mounts_under
 from nodeagent.objects import View, kinds
-from nodeagent.unsupported import UNSUPPORTED_FIELD, UNSUPPORTED_VOLUME
+from nodeagent.pluginconfig import PluginConfig
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
+from nodeagent.unsupported import UNSUPPORTED_FIELD, UNSUPPORTED_VOLUME
+from nodeagent.volumeutil import SetupError
+from nodeagent.volumeutil.atomicwriter import DATA_DIR, write_atomically
+from nodeagent.volumeutil.mounts import MountConfigError, PreparedVolume, container_mounts
+from nodeagent.volumeutil.ownership import fs_group_of
+from nodeagent.volumeutil.tmpfs import MountError, mount_tmpfs, tmpfs_size, unmount
 from plugins.apivolumes.envsources import resolve_env, uses_api
-from nodeagent.kube.configdata import ObjectReader, ObjectUnavailable
 from plugins.apivolumes.payload import (
     CONFIG_MAP,
     PROJECTED,
@@ -68,13 +75,6 @@ from plugins.apivolumes.tokens import (
     TokenUnavailable,
     request_token,
 )
-from nodeagent.kube.env import FieldError, PodFacts, container_env
-from nodeagent.mounttable import is_mount_point, mounts_under
-from nodeagent.volumeutil import SetupError
-from nodeagent.volumeutil.atomicwriter import DATA_DIR, write_atomically
-from nodeagent.volumeutil.mounts import MountConfigError, PreparedVolume, container_mounts
-from nodeagent.volumeutil.ownership import fs_group_of
-from nodeagent.volumeutil.tmpfs import MountError, mount_tmpfs, tmpfs_size, unmount
 
 FAILED_MOUNT = "FailedMount"
 CONFIG_ERROR = "CreateContainerConfigError"

@@ -6,9 +6,9 @@ be allocated and reserved for the pod (plugins/dra/claims.py); their drivers mus
 each driver gets one NodePrepareResources for the pod's claims it serves (45 s timeout); the CDI
 device ids come back per claim and request, and each container naming a claim in
 resources.claims gets them — in ContainerConfig.CDI_devices, and, for runtimes that do not
-resolve CDI (containerd 1.6), as the devices, mounts and environment the CDI spec files describe. Anything missing or failing is
-a RETRY with reason FailedPrepareDynamicResources and the kubelet's message, shown as the pod's
-reason while it waits; only this pod waits.
+resolve CDI (containerd 1.6), as the devices, mounts and environment the CDI spec files describe.
+Anything missing or failing is a RETRY with reason FailedPrepareDynamicResources and the
+kubelet's message, shown as the pod's reason while it waits; only this pod waits.
 
 unprepare (only once no container of the pod runs): the pod lets go of its claims; a claim no
 pod uses any more gets NodeUnprepareResources. A claim shared by several pods is prepared once
@@ -43,6 +43,7 @@ from nodeagent.objects import kinds
 from nodeagent.pluginconfig import PluginConfig
 from nodeagent.stages import AgentHandle, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
+from nodeagent.statefile import quarantine
 from plugins.dra import api, claimfetch, containers
 from plugins.dra.cdi import CdiError, CdiSpecs
 from plugins.dra.claims import ClaimNotReady, PodClaim, pod_claims
@@ -57,7 +58,6 @@ from plugins.dra.events import (
 from plugins.dra.registration import DraRegistrations, Drivers
 from plugins.dra.resourceclaim import ResourceClaim
 from plugins.dra.slices import WIPE_DELAY_SECONDS, SliceWiper
-from nodeagent.statefile import quarantine
 from plugins.dra.state import CheckpointError, ClaimCache, ClaimEntry
 
 log = structlog.get_logger("nodeagent.dra")
@@ -99,7 +99,8 @@ class DraStage(Prepare):
         objects = getattr(handle, "objects", None)
         self.slices = (SliceWiper(objects, handle.node.name, config.slice_wipe_delay_seconds)
                        if objects is not None and objects.cluster else None)
-        self.registrations = DraRegistrations(self.drivers, self._registration, call_timeout=config.call_timeout_seconds,
+        self.registrations = DraRegistrations(self.drivers, self._registration,
+                                              call_timeout=config.call_timeout_seconds,
                                               poll_seconds=config.poll_seconds,
                                               health_seconds=config.health_check_seconds)
         self.cache = ClaimCache(config.checkpoint_file or handle.settings.root_dir / "dra_manager_state")

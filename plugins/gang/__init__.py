@@ -36,8 +36,8 @@ from nodeagent import labels as L
 from nodeagent.events import Event, PodRef
 from nodeagent.kube import nodefit
 from nodeagent.model import Pod
-from nodeagent.pluginconfig import PluginConfig
 from nodeagent.objects.ownnode import labels_of, own_node
+from nodeagent.pluginconfig import PluginConfig
 from nodeagent.stages import (
     Admit,
     AgentHandle,

@@ -10,7 +10,6 @@ Mounts, devices and extra env that prepare stages (volumes, devices) contribute 
 from __future__ import annotations
 
 import dataclasses
-
 import hashlib
 import json
 from collections.abc import Sequence
@@ -22,10 +21,6 @@ from nodeagent import hostpaths
 from nodeagent import labels as L
 from nodeagent.additions import ContainerAdditions
 from nodeagent.errors import Retryable
-from nodeagent.kubeletconfig.node import NodeConfig
-from nodeagent.model import Container, Pod
-from nodeagent.stages import NodeInfo, PodContext
-from plugins.runtime import hosts, security
 from nodeagent.kube.env import FieldError, PodFacts, container_env, expand_command
 from nodeagent.kube.resources import (
     CPU_PERIOD_US,
@@ -33,6 +28,10 @@ from nodeagent.kube.resources import (
     MIN_SHARES,
     linux_resources,
 )
+from nodeagent.kubeletconfig.node import NodeConfig
+from nodeagent.model import Container, Pod
+from nodeagent.stages import NodeInfo, PodContext
+from plugins.runtime import hosts, security
 
 __all__ = ["CPU_PERIOD_US", "MIN_QUOTA_US", "MIN_SHARES", "ContainerConfigError", "container_config",
            "container_hash", "linux_resources", "pod_facts", "runtime_inputs"]

@@ -152,7 +152,7 @@ class ShutdownStage(Admit, NodeTask):
         for snapshot in pods:
             by_group[group_of(snapshot.pod, self.groups)].append(snapshot)
         log.warning("shutting down the node's pods", pods=len(pods))
-        for group, members in zip(self.groups, by_group):
+        for group, members in zip(self.groups, by_group, strict=True):
             if members:
                 await self._stop_group(group, members)
         self.ended_at = time.time()

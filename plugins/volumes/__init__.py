@@ -28,19 +28,18 @@ import anyio
 from cri import types as t
 from nodeagent import hostpaths
 from nodeagent.additions import CONTAINER_ADDITIONS, ContainerAdditions, VolumeBind, add_mounts
+from nodeagent.kube.downward import downward_payload
+from nodeagent.kube.env import FieldError, PodFacts, container_env
 from nodeagent.model import DownwardAPIVolumeSource, Volume
+from nodeagent.mounttable import mounts_under
 from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
-from nodeagent.kube.env import FieldError, PodFacts, container_env
-from nodeagent.kube.downward import downward_payload
-from nodeagent.mounttable import mounts_under
 from nodeagent.volumeutil import SetupError
 from nodeagent.volumeutil.atomicwriter import write_atomically
 from nodeagent.volumeutil.mounts import MountConfigError, PreparedVolume, container_mounts
 from nodeagent.volumeutil.ownership import fs_group_of, set_volume_ownership
 from nodeagent.volumeutil.tmpfs import MountError, unmount
 from plugins.volumes import sources
-
 
 FAILED_MOUNT = "FailedMount"
 CONFIG_ERROR = "CreateContainerConfigError"

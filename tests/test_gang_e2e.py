@@ -152,3 +152,147 @@ async def test_a_driver_that_fails_to_prepare_on_one_node_starts_no_member_anywh
     assert not c.violations, c.violations
     await c.delete_gang(gang)
     await _released(c, again)
+
+
+def _voted_or_started(c: GangCluster, voters: list[str], members: list[str]) -> Any:
+    async def check() -> bool:
+        return all(c.pods[m].voted for m in voters) or bool(c.started(members))
+    return check
+
+
+def _resolved(c: GangCluster, members: list[str]) -> Any:
+    """Every member running, or every member failed: the gang resolved one way or the other."""
+    async def check() -> bool:
+        return all(c.pods[m].running for m in members) or all(c.pods[m].failed for m in members)
+    return check
+
+
+async def test_an_agent_sigkilled_at_the_barrier_never_starts_the_gang_partially(cluster: GangCluster) -> None:
+    """(b) The coordinator's agent is SIGKILLed while its member waits at the barrier (the other
+    member is held back by its driver until then); the other member prepares and votes with the
+    coordinator dead: nothing starts on any node. Restarted, the agent adopts its member and the
+    gang either starts whole (each container once, after the restart) or is released whole."""
+    c = cluster
+    victim, slow = c.nodes[0], c.nodes[1]
+    assert slow.driver is not None
+    slow.driver.fail = "prepare"
+    gang = await c.create_gang(NODES, on={0: victim.name})
+    members = list(gang.members)
+    await until(_voted_or_started(c, members[:1], members), 60, "the coordinator's member at the barrier")
+    assert not c.started(members), "a member started before the gang was prepared"
+    victim.kill_agent()
+    slow.driver.fail = "none"
+    await until(_voted_or_started(c, members[1:], members), 60, "the other member prepared with the coordinator dead")
+    await anyio.sleep(2)
+    assert not c.started(members), "a member started while the coordinator's agent was dead"
+    assert not any(c.pods[m].record for m in members), "decided while the coordinator's agent was dead"
+
+    restarted = time.time_ns()
+    victim.start_agent()
+    await until(_resolved(c, members), 90, "the gang started or released, whole")
+    await anyio.sleep(0.5)
+    started = c.check_all_or_nothing(members)
+    if started:
+        assert len(started) == NODES and all(s.started_at > restarted for s in started), started
+        outcome = "started whole"
+    else:
+        assert all(c.pods[m].reason in ("GangAborted", "GangAdmissionTimeout") for m in members), \
+            [(c.pods[m].reason, c.pods[m].message) for m in members]
+        outcome = "released whole"
+    print(f"after the restart the gang {outcome}")
+    await c.delete_gang(gang)
+    await _released(c, members)
+    assert not c.violations, c.violations
+
+
+async def test_a_member_deleted_after_the_gang_started_leaves_the_others_running(cluster: GangCluster) -> None:
+    """(d) Our policy (docs/GANG.md): the barrier is about starting. Once a gang committed, a
+    member that goes (deleted, its node lost) changes nothing for the others: they keep running,
+    untouched (the kubelet has no gang policy at all; restarting or evicting the rest is the
+    controller's and scheduler's part, KEP-5710 disruptionMode). The member's devices are
+    unprepared and its sandbox removed on its node; a replacement in the same PodGroup, placed by
+    the scheduler, starts at once (the gang is satisfied already) without a new quorum."""
+    c = cluster
+    gang = await c.create_gang(NODES)
+    members = list(gang.members)
+    await until(lambda: _true(all(c.pods[m].running for m in members)), 120, "the gang Running")
+    await anyio.sleep(0.3)
+    before = {s.pod: s for s in c.check_all_or_nothing(members)}
+    gone = members[-1]
+    node = c.member_nodes([gone])[gone]
+    await c.kubectl("delete", "pod", gone, "--wait=false")
+    await until(lambda: _true(bool(c.pods[gone].deleted)), 60, "the member deleted")
+    await until(lambda: _true(c.quiet([gone])), 60, lambda: f"the deleted member's node released: {c.held()}")
+    stay = [m for m in members if m != gone]
+    await anyio.sleep(1)
+    for m in stay:
+        assert c.pods[m].pod["status"]["phase"] == "Running" and not c.pods[m].failed
+        seen = [s for n in c.nodes for s in n.seen([m])]
+        assert seen == [before[m]], f"{m} was restarted or stopped: {seen}"
+
+    [replacement] = await c.add_members(gang, [NODES])
+    await until(lambda: _true(bool(c.pods[replacement].running)), 120, "the replacement Running")
+    assert c.pods[replacement].node == node.name
+    vote = c.pods[replacement].vote
+    assert vote.get("reason") == "GangCommitted", vote  # joined a committed gang, no new barrier
+    assert not any(s.pod in stay for n in c.nodes for s in n.seen(stay) if s not in before.values())
+    await c.delete_gang(gang)
+    await _released(c, [*members, replacement])
+    assert not c.violations, c.violations
+
+
+async def test_an_image_that_cannot_be_pulled_on_one_node_starts_no_member(cluster: GangCluster) -> None:
+    """(e) One member's image cannot be pulled on its node (ErrImagePull, retried with back-off):
+    it never reaches the barrier, no member's container starts anywhere, the others are released
+    within the gang's bound, and deleting the gang leaves nothing on any node."""
+    c = cluster
+    good, bad = c.nodes[0], c.nodes[1]
+    gang = await c.create_gang(NODES, on={0: good.name}, create=0)
+    await c.add_members(gang, [1], image="registry.invalid/nodeagent/missing:1", on={1: bad.name})
+    await c.add_members(gang, [0])
+    members = sorted(gang.members)
+    await until(_voted_or_started(c, members[:1], members), 60, "the member on the good node at the barrier")
+    assert not c.started(members), "a member started while another's image could not be pulled"
+    await until(_failed(c, members[:1]), TIMEOUT + 30, "the good node's member released")
+    assert c.pods[members[0]].reason == "GangAdmissionTimeout", c.pods[members[0]].message
+    await until(lambda: _true(c.quiet(members[:1])), 30, lambda: f"the good node released: {c.held()}")
+    waiting = c.pods[members[1]].pod["status"]["containerStatuses"][0]["state"].get("waiting", {})
+    assert waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff"), waiting
+    assert not c.started(members)
+    await c.delete_gang(gang)
+    await _released(c, members)
+    assert not c.started(members)
+
+
+async def test_the_api_server_down_for_30s_during_the_barrier_never_starts_the_gang_partially(
+        cluster: GangCluster) -> None:
+    """(c) The API server is stopped for 30 s while the coordinator's member waits at the barrier
+    and the other member is still preparing (its driver failing until the outage starts): no
+    member starts on any node meanwhile (the runtimes say so, polled throughout); after the API
+    server is back the gang resolves, whole: all started, or all released."""
+    c = cluster
+    slow = c.nodes[1]
+    assert slow.driver is not None
+    slow.driver.fail = "prepare"
+    gang = await c.create_gang(NODES, on={0: c.nodes[0].name})
+    members = list(gang.members)
+    await until(_voted_or_started(c, members[:1], members), 60, "the coordinator's member at the barrier")
+    assert not c.started(members)
+    await anyio.to_thread.run_sync(c.cp.stop_component, "kube-apiserver")
+    try:
+        slow.driver.fail = "none"
+        for _ in range(30):
+            await anyio.sleep(1)
+            assert not c.started(members), "a member started while the API server was down"
+    finally:
+        await anyio.to_thread.run_sync(c.cp.start_component, "kube-apiserver")
+    await until(_resolved(c, members), 120, "the gang started or released, whole, after the outage")
+    await anyio.sleep(0.5)
+    started = c.check_all_or_nothing(members)
+    print(f"after the outage the gang {'started whole' if started else 'was released whole'}")
+    if not started:
+        assert all(c.pods[m].reason in ("GangAborted", "GangAdmissionTimeout") for m in members)
+    await c.delete_gang(gang)
+    await _released(c, members)
+    for node in c.nodes:
+        await c.wait_ready(node)

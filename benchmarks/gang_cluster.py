@@ -70,7 +70,10 @@ GRACEFUL = "trap 'exit 0' TERM; while true; do sleep 1; done"
 PREPARED = "gang.nodeagent.io/Prepared"
 COMMITTED = "gang.nodeagent.io/StartCommitted"
 POLL_SECONDS = 0.1
-DRA_TUNING = {"pollSeconds": 0.2, "healthCheckSeconds": 1.0}
+DRA_TUNING = {"pollSeconds": 0.2}
+"""The registry is looked at every 0.2 s (drivers register at once); GetInfo health checks at the
+default 10 s: the drivers share this process's event loop with the monitor, and on a loaded
+machine a 1 s check deregisters a driver that is only slow."""
 
 
 def served_version(cp: ControlPlane) -> str:
@@ -355,7 +358,6 @@ class GangCluster:
             node.client = RuntimeClient(node.runtime.endpoint)
             await node.client.connect()
             node.start_agent()
-            node.cpu_start = 0.0
             await self.start_driver(node)
         tg.start_soon(self._observe)
         for node in self.nodes:
@@ -458,7 +460,8 @@ class GangCluster:
                           on: dict[int, str] | None = None) -> list[str]:
         """Pods ``<gang>-<i>``; ``on``: member index -> the node it must go to (a required node
         affinity on kubernetes.io/hostname: the scheduler still places it, with the gang)."""
-        pods = []
+        pods: list[dict[str, Any]] = []
+        names: list[str] = []
         for i in indexes:
             pod = f"{gang.name}-{i}"
             spec: dict[str, Any] = {
@@ -477,9 +480,10 @@ class GangCluster:
                          "spec": spec})
             self.pods[pod] = Member(pod, created=time.time())
             gang.members.append(pod)
+            names.append(pod)
         if pods:
             await self.apply(*pods)
-        return [p["metadata"]["name"] for p in pods]
+        return names
 
     async def delete_gang(self, gang: Gang) -> None:
         await self.kubectl("delete", "pods", "-l", f"{LABEL}={gang.name}", "--wait=false")
@@ -620,27 +624,42 @@ class GangCluster:
         return json.loads(proc.stdout)
 
 
-@asynccontextmanager
-async def private_runtimes(count: int, *, keep: Callable[[], bool] = lambda: False) -> AsyncIterator[list[Containerd]]:
-    """``count`` private containerds with the test images, one after another so that each
-    derives a pod subnet no running one uses; removed at the end unless ``keep()``."""
-    await anyio.to_thread.run_sync(lambda: ensure_packages(log=False))
-    archives = await anyio.to_thread.run_sync(build_images)
+def start_runtimes(count: int) -> list[Containerd]:
+    """``count`` private containerds with the test images, started one after another so that
+    each derives a pod subnet no running one uses. Blocking (the caller's thread)."""
+    ensure_packages(log=False)
+    archives = build_images()
     envs: list[Containerd] = []
     try:
         for _ in range(count):
             env = Containerd(Path(tempfile.mkdtemp(prefix="na-ge2e-", dir="/tmp")))
             envs.append(env)
-            await anyio.to_thread.run_sync(env.start)
-            await anyio.to_thread.run_sync(env.import_images, archives)
+            env.start()
+            env.import_images(archives)
         assert len({e.subnet for e in envs}) == count, [e.subnet for e in envs]
+    except BaseException:
+        stop_runtimes(envs, keep=True)
+        raise
+    return envs
+
+
+def stop_runtimes(envs: Sequence[Containerd], *, keep: bool = False) -> None:
+    """Stop them; their directories (logs, state) are removed unless ``keep``."""
+    for env in envs:
+        env.stop()
+        if not keep:
+            shutil.rmtree(env.base_dir, ignore_errors=True)
+
+
+@asynccontextmanager
+async def private_runtimes(count: int, *, keep: Callable[[], bool] = lambda: False) -> AsyncIterator[list[Containerd]]:
+    """:func:`start_runtimes` for the length of the block; removed at the end unless ``keep()``."""
+    envs = await anyio.to_thread.run_sync(start_runtimes, count)
+    try:
         yield envs
     finally:
         with anyio.CancelScope(shield=True):
-            for env in envs:
-                await anyio.to_thread.run_sync(env.stop)
-                if not keep():
-                    shutil.rmtree(env.base_dir, ignore_errors=True)
+            await anyio.to_thread.run_sync(lambda: stop_runtimes(envs, keep=keep()))
 
 
 @asynccontextmanager
@@ -681,4 +700,4 @@ def _free_port() -> int:
 
 
 __all__ = ["Gang", "GangCluster", "Member", "Node", "Seen", "gang_cluster", "private_runtimes", "served_version",
-           "until"]
+           "start_runtimes", "stop_runtimes", "until"]

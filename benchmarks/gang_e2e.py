@@ -201,7 +201,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--chaos", type=int, default=0)
     parser.add_argument("--seed", type=int, default=20)
-    parser.add_argument("--timeout", type=float, default=10.0, help="the gang stage's timeoutSeconds")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="the gang stage's timeoutSeconds (how long the abort runs hold the healthy members)")
     parser.add_argument("--append", type=Path, help="append the table to this Markdown file")
     args = parser.parse_args(argv)
     load_before, begin = load_average(), time.monotonic()

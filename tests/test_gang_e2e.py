@@ -17,17 +17,25 @@ on disk (a monitor every 100 ms), not from the agents' bookkeeping:
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from benchmarks.gang_cluster import GangCluster, Member, gang_cluster, private_runtimes, until
+from benchmarks.gang_cluster import (
+    GangCluster,
+    gang_cluster,
+    start_runtimes,
+    stop_runtimes,
+    until,
+)
 from controlplane import ControlPlane
+from devenv import Containerd
 from nodeagent.objects import kinds
 
 pytestmark = pytest.mark.anyio
@@ -40,13 +48,27 @@ BARRIER = os.environ.get("NODEAGENT_GANG_E2E_BARRIER", "1") != "0"
 """NODEAGENT_GANG_E2E_BARRIER=0 runs the agents without the gang stage: each test must fail then."""
 
 
+@pytest.fixture(scope="module")
+def runtimes(request: pytest.FixtureRequest) -> Iterator[list[Containerd]]:
+    """The machines' containerds, shared by the module's tests (each test has its own nodes and
+    agents, and leaves the runtimes empty); kept with their logs if a test failed."""
+    envs = start_runtimes(NODES)
+    try:
+        yield envs
+    finally:
+        stop_runtimes(envs, keep=request.session.testsfailed > 0)
+
+
 @pytest.fixture
-async def cluster(control_plane: ControlPlane, request: pytest.FixtureRequest) -> AsyncIterator[GangCluster]:
+async def cluster(control_plane: ControlPlane, runtimes: list[Containerd],
+                  request: pytest.FixtureRequest) -> AsyncIterator[GangCluster]:
     # Unix socket paths must stay under 108 bytes: pytest's tmp_path can be longer.
     workdir = Path(tempfile.mkdtemp(prefix="ge2e-", dir="/tmp"))
-    async with private_runtimes(NODES, keep=lambda: request.session.testsfailed > 0) as runtimes, \
-            gang_cluster(control_plane, runtimes, GPUS, workdir, {"timeoutSeconds": TIMEOUT}, barrier=BARRIER) as c:
+    async with gang_cluster(control_plane, runtimes, GPUS, workdir, {"timeoutSeconds": TIMEOUT},
+                            barrier=BARRIER) as c:
         yield c
+    if request.session.testsfailed == 0:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 async def _released(c: GangCluster, pods: list[str]) -> None:

@@ -4,18 +4,26 @@ PYTHON ?= python3
 
 # NODEAGENT_RUNTIME: the containerd devenv runs (`make test`, `make demo`, `make env`):
 # containerd2 (default; 2.x built from the Go module proxy) or containerd1.6 (Debian's).
-.PHONY: test deps env down status install demo
+.PHONY: test lint deps env down status install demo
 
 # The whole suite; the `containerd` fixture starts its own private containerd.
 # `deps` first, so that a fresh clone needs nothing before it.
 test: deps
 	$(PYTHON) -m pytest -q tests
 
+# ruff (pyproject's [tool.ruff]) on everything, mypy --strict on the core and the CRI client.
+lint:
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m mypy
+
 # What the suite needs, each step skipped when already done: the Debian packages, the
 # project with its test extra and the out-of-tree example stage (pip, only when one of
-# them is not installed), containerd 2.x, the control plane and the upstream e2e binaries
-# (built from the Go module proxy into ~/.cache/nodeagent: minutes cold, a second warm).
-DISTRIBUTIONS = nodeagent pytest grpcio-tools prometheus_client nodeagent-required-label nodeagent-node-env
+# them is not installed), containerd 2.x, the control plane and the upstream e2e binaries,
+# and the CSI test tools (csi-mock after e2e.test: seconds; csi-sanity about 40 s and
+# csi-attacher about 2 min cold), all built from the Go module proxy into ~/.cache/nodeagent:
+# minutes cold, a second warm.
+DISTRIBUTIONS = nodeagent pytest grpcio-tools prometheus_client hypothesis ruff mypy nodeagent-required-label \
+	nodeagent-node-env
 deps:
 	$(PYTHON) devenv/packages.py
 	@$(PYTHON) -c 'import importlib.metadata as m, sys; [m.distribution(d) for d in sys.argv[1:]]' \
@@ -23,6 +31,7 @@ deps:
 	$(PYTHON) -m devenv runtime build
 	$(PYTHON) -m controlplane build
 	$(PYTHON) -m controlplane build e2e.test agnhost nonewprivs
+	$(PYTHON) -m controlplane build csi-mock csi-sanity csi-attacher
 
 # A long-lived environment at /tmp/nodeagent-devenv; prints its CRI endpoint.
 env:

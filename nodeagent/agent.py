@@ -180,6 +180,7 @@ class Agent:
         # Cluster mode: Node, Lease, API pod source, API status sink, mirror pods, Events.
         self.cluster = (ClusterMode(self.api, config, self.node, self.runtime, self.relister, self.bus, self.clock,
                                     kubelet_port=lambda: getattr(self.kubelet_server, "port", None) or config.port,
+                                    volumes_in_use=self._volumes_in_use,
                                     conditions=self.conditions)
                         if self.api is not None else None)
         sinks: list[StatusSink] = [FileSink(config.root_dir / "pod-status")]
@@ -192,6 +193,11 @@ class Agent:
                                 node_event=self.cluster.events.record_node if self.cluster is not None else None)
         self.pipeline: Pipeline | None = None
         self.dispatcher: Dispatcher | None = None
+        self.services: Services | None = None
+        """What the pod workers share (set when the agent runs; the contract suite reads its
+        admission cycle)."""
+        self.sources: list[PodSource] = []
+        """The running pod sources (a test may ask the static one to ``scan()`` now)."""
         self.endpoint_port: int | None = None
         # Built here, not when it starts: a kubelet API the configuration cannot secure
         # (no authenticator, a webhook without an API client) stops the agent before it runs.
@@ -232,6 +238,12 @@ class Agent:
     async def _run(self, *, task_status: anyio.abc.TaskStatus[Agent]) -> None:
         self.pipeline = self.load_pipeline()
         log.info("stage order resolved", **{k: ",".join(v) or "-" for k, v in self.pipeline.as_dict().items()})
+        # Volume figures a stage measures itself (the csi stage: NodeGetVolumeStats, with the
+        # claim), in place of the collector's walk of those volumes' directories.
+        for stage in self.pipeline.stages.values():
+            provider = getattr(stage, "volume_usage", None)
+            if callable(provider):
+                self.stats.volume_providers.append(provider)
         # Pod directories hold secrets and tokens: no other user of the host may reach them.
         ensure_private_dir(self.config.root_dir)
         ensure_private_dir(self.config.root_dir / "pods")
@@ -268,6 +280,7 @@ class Agent:
                     observe_stage_time=lambda stage, phase, s: self.metrics.stage.observe(s, stage, phase),
                     observe_pod_start=self.metrics.pod_start.observe,
                 )
+                self.services = services
                 self.dispatcher = Dispatcher(services, tg, contain=sup.contain)
                 self.node_ops.dispatcher = self.dispatcher
                 self._subscribe(sup, "dispatcher", self.dispatcher.handle)
@@ -276,7 +289,7 @@ class Agent:
                     self.endpoint_port = await sup.start(self._serve, name="endpoint")
                 if self.kubelet_server is not None:
                     await sup.start(self.kubelet_server.run, name="kubelet-server")
-                sources: list[PodSource] = []
+                sources = self.sources = []
                 if self.config.static_pod_path is not None:
                     source = StaticPodSource(self.config.static_pod_path, self.config.node_name, self.bus.publish,
                                              full_rescan_seconds=self.config.file_check_frequency,
@@ -310,6 +323,16 @@ class Agent:
                                       f"plugins of type {handler.plugin_type}")
                 handlers[handler.plugin_type] = handler
         return handlers
+
+    def _volumes_in_use(self) -> list[str]:
+        """node.status.volumesInUse: what the stages that mount attachable volumes report
+        (``volumes_in_use()``; the csi stage)."""
+        names: set[str] = set()
+        for stage in (self.pipeline.stages.values() if self.pipeline else ()):
+            report = getattr(stage, "volumes_in_use", None)
+            if callable(report):
+                names.update(report())
+        return sorted(names)
 
     def _subscribe(self, sup: Supervisor, name: str, handle: Callable[[ev.Event], Awaitable[None] | None]) -> None:
         """A bus subscriber under the supervisor; a fact it fails on is reported and skipped."""
@@ -455,7 +478,7 @@ class Agent:
         _EVENT_LOG.debug(getattr(event, "kind"), pod=str(event.pod) if event.pod.uid else None, **data)
 
 
-class _PortReport:
+class _PortReport(anyio.abc.TaskStatus[int]):
     """The local endpoint's task_status: every bind (a restart's too: with port 0 it is a new
     port) is kept in ``agent.endpoint_port``; the first also reaches the starter."""
 

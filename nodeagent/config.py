@@ -232,6 +232,11 @@ class AgentConfig(BaseModel):
     privileged pod on a node that disallows them is rejected at admission (reason Forbidden)."""
     allowed_unsafe_sysctls: list[str] = Field(default_factory=list)
     """Sysctls (or ``prefix.*`` patterns) pods may set beyond the kubelet's safe set."""
+    cgroups_per_qos: bool = Field(default=True, alias="cgroupsPerQOS")
+    """Give every pod a cgroup under a QoS-class hierarchy, with the pod's CPU and memory values
+    (the kubelet's cgroupsPerQOS, plugins/runtime/podcgroup.py). False, as the kubelet without it:
+    no pod cgroups are made, written or removed (the sandbox gets no cgroup parent and the runtime
+    places it), so pod-level limits are not enforced — and nothing under /sys/fs/cgroup needs root."""
     seccomp_default: bool = False
     """RuntimeDefault instead of Unconfined for containers that name no seccomp profile."""
     cluster_domain: str = "cluster.local"

@@ -25,8 +25,8 @@ from cri import CriError, RuntimeClient, Unimplemented
 from cri import types as t
 from cri.types import ContainerState, PodSandboxState
 from nodeagent import labels as L
-from nodeagent.events import ContainerExited, ContainerStarted, Event, PodRef, RuntimeAvailable, RuntimeUnavailable
 from nodeagent.backoff import Backoff
+from nodeagent.events import ContainerExited, ContainerStarted, Event, PodRef, RuntimeAvailable, RuntimeUnavailable
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 
 log = structlog.get_logger("nodeagent.pleg")
@@ -155,6 +155,7 @@ class Relister:
                         self._stream_events += 1
                         self.events_seen += 1
                         if not self._poke.is_set() and not self._settling:
+                            assert self._settle_group is not None, "the stream is followed inside run()"
                             self._settling = True
                             self._settle_group.start_soon(self._settle_then_poke)
                 finally:
@@ -244,9 +245,11 @@ class Relister:
             ref = PodRef(uid=uid, name=c.labels.get(L.POD_NAME, ""), namespace=c.labels.get(L.POD_NAMESPACE, ""))
             # A container that ran and exited between two listings did start: that fact is
             # published too (the kubelet's Started event must not depend on a listing's timing).
-            started_unseen = state == "exited" and record.started_at and (old is None or old.state not in ("running", "exited"))
+            started_unseen = (state == "exited" and record.started_at
+                              and (old is None or old.state not in ("running", "exited")))
             if (state == "running" and (old is None or old.state != "running")) or started_unseen:
-                events.append(ContainerStarted(pod=ref, source="pleg", container=record.name, container_id=c.id, attempt=record.attempt))
+                events.append(ContainerStarted(pod=ref, source="pleg", container=record.name, container_id=c.id,
+                                               attempt=record.attempt))
             if state == "exited" and (old is None or old.state != "exited"):
                 events.append(
                     ContainerExited(pod=ref, source="pleg", container=record.name, container_id=c.id,
@@ -269,9 +272,11 @@ class Relister:
                     ip = await self._sandbox_ip(sb.id)
                 sb_records.append(replace(sb, pod_ip=ip))
             pod = PodRuntime(uid=uid, name=name, namespace=ns, sandboxes=tuple(sb_records), containers=conts,
-                             seen_at=listed_at, labels=labels, annotations=annotations)
+                             seen_at=listed_at, changed_at=listed_at, labels=labels, annotations=annotations)
             if old_pod is None or old_pod.sandboxes != pod.sandboxes or old_pod.containers != pod.containers:
                 changed_pods.add(uid)
+            else:
+                pod = replace(pod, changed_at=old_pod.changed_at)
             new_pods[uid] = pod
         changed_pods |= set(self._pods) - set(new_pods)
         self._pods = new_pods

@@ -61,3 +61,11 @@ demo:
 .PHONY: proto
 proto:
 	$(PYTHON) -m cri.codegen
+
+# The 64-GPU gang end to end (issue 20): a control plane with gang scheduling, 8 nodeagents each
+# with its own containerd and 8 fake GPUs, the scheduler placing a Workload/PodGroup gang of 8
+# pods of 8 GPUs each; prints the figures (benchmarks/gang_e2e.py). GANG_ARGS to change it.
+.PHONY: gang-demo
+GANG_ARGS ?= --nodes 8 --gpus 8 --runs 1
+gang-demo:
+	$(PYTHON) -m benchmarks.gang $(GANG_ARGS)

@@ -2,6 +2,7 @@
 
     python -m benchmarks.gang                      # gangs of 2, 8 and 64 members, once each
     python -m benchmarks.gang --sizes 2,8 --repeat 3 --append benchmarks/RESULTS.md
+    python -m benchmarks.gang --nodes 8 --gpus 8 --runs 5   # across nodes: benchmarks/gang_e2e.py
 
 For each size N, in the same run, against the same private containerd (devenv), each scenario
 with a fresh ``python -m nodeagent run`` subprocess (benchmarks.pod_start.AgentProcess):
@@ -246,6 +247,11 @@ async def run(sizes: Sequence[int], repeat: int) -> tuple[dict[int, dict[str, li
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--nodes" or a.startswith("--nodes=") for a in argv):
+        # Across nodes, with the real scheduler and DRA devices (issue 20): benchmarks/gang_e2e.py.
+        from benchmarks import gang_e2e
+        return gang_e2e.main(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
     parser.add_argument("--repeat", type=int, default=1)
@@ -262,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     results, version = anyio.run(run, sizes, args.repeat)
 
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "commit": git_description(),
-            "command": "python -m benchmarks.gang " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python -m benchmarks.gang " + " ".join(argv),
             "cores": os.cpu_count(), "load_before": load_before, "load_after": load_average(),
             "containerd": version, "repeat": args.repeat, "seconds": time.monotonic() - begin}
     text = render(results, meta)

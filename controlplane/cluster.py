@@ -64,6 +64,13 @@ BOOTSTRAP_BINDINGS = (
     _binding("kubeadm:node-autoapprove-certificate-rotation",
              "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "Group", "system:nodes"),
 )
+# Gang scheduling (KEP-4671) as v1.37.2 ships it: Workload and PodGroup are scheduling.k8s.io/v1beta1,
+# a beta API that is off by default, and one gate, GenericWorkload (Beta, default false; the
+# GangScheduling and WorkloadAwarePreemption gates are gone), switches on the API storage and the
+# pod's spec.schedulingGroup (kube-apiserver), the GangScheduling plugin (kube-scheduler) and the
+# podgroup-protection controller that lifts the PodGroup's finalizer (kube-controller-manager).
+GANG_FEATURE_GATES = "GenericWorkload=true"
+GANG_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
 
 
 class ControlPlaneError(RuntimeError):
@@ -106,6 +113,8 @@ class Config:
     service_cidr: str = DEFAULT_SERVICE_CIDR
     service_ip: str = DEFAULT_SERVICE_IP
     issuer: str = DEFAULT_ISSUER
+    gang_scheduling: bool = True
+    """The Workload/PodGroup API and the scheduler's gang scheduling (GANG_FEATURE_GATES)."""
     extra_args: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
@@ -452,11 +461,14 @@ class ControlPlane:
                 # spent waiting for the controllers' open watches to end.
                 "--shutdown-send-retry-after=true",
                 "--shutdown-watch-termination-grace-period=2s",
+                *([f"--feature-gates={GANG_FEATURE_GATES}", f"--runtime-config={GANG_RUNTIME_CONFIG}"]
+                  if c.gang_scheduling else []),
             ]
         common = [
             f"--bind-address={LOOPBACK}",
             "--leader-elect=false",
             "--profiling=false",
+            *([f"--feature-gates={GANG_FEATURE_GATES}"] if c.gang_scheduling else []),
         ]
         if name == "kube-controller-manager":
             k = kc / "controller-manager.kubeconfig"

@@ -45,7 +45,7 @@ RESOURCE_CLAIM = Kind("resource.k8s.io", "ResourceClaim", "resourceclaims", ("v1
 RESOURCE_SLICE = Kind("resource.k8s.io", "ResourceSlice", "resourceslices", ("v1", "v1beta2", "v1beta1"),
                       namespaced=False)
 POD_GROUP = Kind("scheduling.k8s.io", "PodGroup", "podgroups", ("v1beta1", "v1alpha3", "v1alpha2"))
-WORKLOAD = Kind("scheduling.k8s.io", "Workload", "workloads", ("v1beta1", "v1alpha2", "v1alpha1"))
+WORKLOAD = Kind("scheduling.k8s.io", "Workload", "workloads", ("v1beta1", "v1alpha3", "v1alpha2", "v1alpha1"))
 
 __all__ = [
     "CONFIG_MAP", "CSI_DRIVER", "CSI_NODE", "Kind", "NODE", "PERSISTENT_VOLUME", "PERSISTENT_VOLUME_CLAIM", "POD",

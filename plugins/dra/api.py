@@ -8,6 +8,7 @@ once. The kubelet's timeouts are the defaults.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -37,7 +38,7 @@ CALL_TIMEOUT_SECONDS = 45.0  # the kubelet's defaultClientCallTimeout for DRA ca
 class DriverCallError(Exception):
     """A gRPC call to a plugin failed as a whole (transport, deadline, or the plugin's error)."""
 
-    def __init__(self, method: str, error: grpc.aio.AioRpcError | grpc.aio.UsageError) -> None:
+    def __init__(self, method: str, error: grpc.aio.AioRpcError | grpc.aio.UsageError | asyncio.CancelledError) -> None:
         if isinstance(error, grpc.aio.AioRpcError):
             code = error.code()
             super().__init__(f"{method}: {code.name if code else 'UNKNOWN'}: {error.details() or ''}".rstrip(": "))
@@ -93,6 +94,22 @@ class DraClient:
         self._pb2, grpc_module = SERVICES[service]
         self._channel = grpc.aio.insecure_channel(target(endpoint))
         self._stub: Any = grpc_module.DRAPluginStub(self._channel)
+        self._closed = False
+
+    async def _call(self, method: str, request: Any) -> Any:
+        """One call; every failure is a DriverCallError. Closing the channel (the plugin was
+        deregistered) cancels the calls in flight with asyncio.CancelledError: that is the
+        call's failure, not the caller's cancellation, and must not travel up as one (under
+        anyio a stray CancelledError ends the task group it reaches, quietly: the whole agent
+        stopped). A real cancellation of the caller is delivered again by its cancel scope."""
+        try:
+            return await getattr(self._stub, method)(request, timeout=self.timeout)
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
+            raise DriverCallError(method, exc) from None
+        except asyncio.CancelledError as exc:
+            if not self._closed:
+                raise
+            raise DriverCallError(method, exc) from None
 
     def _claims(self, claims: Sequence[Claim]) -> list[Any]:
         return [self._pb2.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
@@ -100,11 +117,8 @@ class DraClient:
     async def prepare(self, claims: Sequence[Claim]) -> dict[str, Prepared]:
         """Claim UID → outcome. A claim missing from the answer is reported as an error here,
         so the caller never takes silence for success."""
-        try:
-            response = await self._stub.NodePrepareResources(
-                self._pb2.NodePrepareResourcesRequest(claims=self._claims(claims)), timeout=self.timeout)
-        except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
-            raise DriverCallError("NodePrepareResources", exc) from None
+        response = await self._call("NodePrepareResources",
+                                    self._pb2.NodePrepareResourcesRequest(claims=self._claims(claims)))
         out: dict[str, Prepared] = {}
         for claim in claims:
             if claim.uid not in response.claims:
@@ -122,13 +136,11 @@ class DraClient:
 
     async def unprepare(self, claims: Sequence[Claim]) -> dict[str, str]:
         """Claim UID → error ("" when unprepared)."""
-        try:
-            response = await self._stub.NodeUnprepareResources(
-                self._pb2.NodeUnprepareResourcesRequest(claims=self._claims(claims)), timeout=self.timeout)
-        except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
-            raise DriverCallError("NodeUnprepareResources", exc) from None
+        response = await self._call("NodeUnprepareResources",
+                                    self._pb2.NodeUnprepareResourcesRequest(claims=self._claims(claims)))
         return {c.uid: (response.claims[c.uid].error if c.uid in response.claims
                         else "the driver's answer skipped this ResourceClaim") for c in claims}
 
     async def close(self) -> None:
+        self._closed = True
         await self._channel.close()

@@ -1,0 +1,223 @@
+"""The 64-GPU gang end to end: figures (``python -m benchmarks.gang --nodes 8 --gpus 8 --runs 5``).
+
+One control plane (this process starts it, gang scheduling on), ``--nodes`` nodes of ``--gpus``
+fake GPUs each (benchmarks/gang_cluster.py: nodeagent processes, private containerds, the fake
+GPU driver). Each run, in order:
+
+1. **gang**: a Workload/PodGroup (gang minCount = nodes) and ``nodes`` pods claiming ``gpus``
+   GPUs each; the scheduler places them, one per node. Measured:
+   - *created → all running*: the Workload created → the last member's container started (CRI);
+   - *last bind → all started*: the last member seen bound (the harness's pod watch) → the last
+     container started;
+   - *release*: the last member's vote seen in the API (prepared: devices, sandbox, image) →
+     every member's container started; the goal is one watch round trip (≤ 1 s);
+   - *skew*: max − min of the members' container starts (CRI), goal ≤ 200 ms;
+   then deleted, and *delete → released* (no sandbox, no prepared claim, no checkpoint entry).
+2. **plain**: the same pods without Workload, PodGroup or schedulingGroup: created → all running,
+   skew.
+3. **abort**: the gang again, with the last node's driver failing NodePrepareResources and the
+   coordinator (member 0) on the first node: it times the gang out (``--timeout``); *abort →
+   released*: the coordinator's abort record seen in the API → no sandbox, prepared claim or
+   checkpoint entry of the gang left on any healthy node; runtime evidence that no member ran.
+
+The agents' CPU (utime + stime over the whole benchmark) and peak RSS (VmHWM) from /proc.
+Every run checks the invariants from the runtimes (all or nothing, one claim per GPU, nothing
+left); ``--chaos K`` adds K runs with a failure injected at random (a driver failing on a random
+node, an image that cannot be pulled on a random node) and counts partial starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from benchmarks.gang_cluster import GangCluster, gang_cluster, private_runtimes, until
+from benchmarks.pod_start import git_description, load_average
+from controlplane import ControlPlane
+from devenv.images import BUSYBOX_IMAGE
+
+
+async def _all(check: Any) -> bool:
+    return bool(check())
+
+
+async def gang_run(c: GangCluster, nodes: int, gang: bool) -> dict[str, float]:
+    g = await c.create_gang(nodes, gang=gang)
+    members = list(g.members)
+    await until(lambda: _all(lambda: len(c.started(members)) == nodes), 180, "every member's container started")
+    await anyio.sleep(0.3)
+    starts = [s.started_at / 1e9 for s in c.check_all_or_nothing(members, gang=gang)]
+    last = max(starts)
+    out = {"created_to_running": last - g.created, "skew": last - min(starts),
+           "bind_to_started": last - max(c.pods[m].bound for m in members)}
+    if gang:
+        out["release"] = last - max(c.pods[m].voted for m in members)
+    deleted = time.time()
+    await c.delete_gang(g)
+    await until(lambda: _all(lambda: c.quiet(members)), 120, lambda: f"the gang released: {c.held()}")
+    out["delete_to_released"] = time.time() - deleted
+    await until(lambda: _all(lambda: all(c.pods[m].deleted for m in members)), 60, "the pods gone from the API")
+    return out
+
+
+async def abort_run(c: GangCluster, nodes: int, broken: int, how: str = "driver") -> dict[str, float]:
+    """A gang one node of which cannot prepare; returns abort → released, and checks that no
+    member ran anywhere. ``how``: driver (NodePrepareResources fails) or image (not pullable)."""
+    bad = c.nodes[broken]
+    coordinator = c.nodes[0 if broken != 0 else 1]
+    image = BUSYBOX_IMAGE
+    if how == "driver":
+        assert bad.driver is not None
+        bad.driver.fail = "prepare"
+    g = await c.create_gang(nodes, on={0: coordinator.name, **({} if how == "driver" else {1: bad.name})},
+                            create=0)
+    if how == "image":
+        # Member 1 goes to the bad node with an image no registry has; the rest as usual.
+        await c.add_members(g, [1], image="registry.invalid/nodeagent/missing:1", on={1: bad.name})
+        await c.add_members(g, [0, *range(2, nodes)], image=image, on={0: coordinator.name})
+    else:
+        await c.add_members(g, range(nodes), on={0: coordinator.name})
+    members = list(g.members)
+    try:
+        first = f"{g.name}-0"
+        await until(lambda: _all(lambda: c.pods[first].record.get("status") == "False"), 120,
+                    "the coordinator's abort record")
+        decided = c.pods[first].record_seen
+        healthy = [m for m in members if c.pods[m].node != bad.name]
+        await until(lambda: _all(lambda: all(c.pods[m].failed for m in healthy) and c.quiet(healthy)), 120,
+                    lambda: f"the healthy members released: {c.held()}")
+        released = time.time()
+        assert not c.started(members), f"a member of an aborted gang ran: {c.started(members)}"
+    finally:
+        if bad.driver is not None:
+            bad.driver.fail = "none"
+    await c.delete_gang(g)
+    await until(lambda: _all(lambda: c.quiet(members)), 120, lambda: f"the aborted gang released: {c.held()}")
+    assert not c.started(members), f"a member of an aborted gang ran: {c.started(members)}"
+    return {"abort_to_released": released - decided}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+async def run(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    base = Path(tempfile.mkdtemp(prefix="nagx-", dir="/tmp"))
+    cp = ControlPlane(base / "cp")
+    await anyio.to_thread.run_sync(cp.start)
+    results: dict[str, list[float]] = {}
+    extra: dict[str, Any] = {"partial_starts": 0, "chaos_runs": 0, "device_violations": 0}
+    try:
+        async with private_runtimes(args.nodes) as runtimes, \
+                gang_cluster(cp, runtimes, args.gpus, base / "nodes", {"timeoutSeconds": args.timeout}) as c:
+            for node in c.nodes:
+                node.cpu_start = node.cpu_seconds()
+            began = time.monotonic()
+            for rep in range(args.runs):
+                for gang in (True, False):
+                    mode = "gang" if gang else "plain"
+                    for key, value in (await gang_run(c, args.nodes, gang)).items():
+                        results.setdefault(f"{mode}_{key}", []).append(value)
+                    print(f"run {rep + 1} {mode}: " + ", ".join(
+                        f"{k}={v[-1]:.3f}" for k, v in sorted(results.items()) if k.startswith(mode)), flush=True)
+                abort = await abort_run(c, args.nodes, args.nodes - 1)
+                results.setdefault("abort_to_released", []).append(abort["abort_to_released"])
+                print(f"run {rep + 1} abort: {abort['abort_to_released']:.3f}", flush=True)
+            rng = random.Random(args.seed)
+            for i in range(args.chaos):
+                how = rng.choice(["driver", "image"])
+                broken = rng.randrange(args.nodes)
+                try:
+                    await abort_run(c, args.nodes, broken, how)
+                except AssertionError as exc:
+                    extra["partial_starts"] += 1
+                    print(f"chaos {i + 1}: PARTIAL START {exc}", flush=True)
+                extra["chaos_runs"] += 1
+                print(f"chaos {i + 1}/{args.chaos}: {how} on node {broken}: no partial start", flush=True)
+            elapsed = time.monotonic() - began
+            extra["cpu"] = [n.cpu_seconds() - n.cpu_start for n in c.nodes]
+            extra["rss"] = [n.rss_mib()[1] for n in c.nodes]
+            extra["elapsed"] = elapsed
+            extra["device_violations"] = len(c.violations)
+            extra["version"] = c.version
+    finally:
+        await anyio.to_thread.run_sync(cp.stop)
+        shutil.rmtree(base, ignore_errors=True)
+    return results, extra
+
+
+def render(results: dict[str, list[float]], extra: dict[str, Any], meta: dict[str, Any]) -> str:
+    runs = meta["runs"]
+    lines = [f"### {meta['date']} — commit {meta['commit']}", "",
+             (f"`{meta['command']}`: {meta['cores']} cores; load average before/after {meta['load_before']} / "
+              f"{meta['load_after']}; {meta['nodes']} nodes × {meta['gpus']} fake GPUs "
+              f"({meta['nodes'] * meta['gpus']} GPUs), each node a nodeagent process with its own containerd "
+              f"and the fake GPU driver; one control plane (scheduling.k8s.io/{extra.get('version')}, "
+              f"GangScheduling); {runs} run(s); whole run {meta['seconds']:.0f} s. "
+              "p50 / p99 over the runs (with fewer than 100 runs p99 is the interpolated top)."), "",
+             "| measure | gang p50 / p99 s | plain p50 / p99 s | goal |", "|---|---:|---:|---|"]
+
+    def cell(key: str) -> str:
+        values = results.get(key)
+        return f"{pct(values, 0.5):.3f} / {pct(values, 0.99):.3f}" if values else "–"
+
+    rows = [("Workload created → all containers running", "created_to_running", ""),
+            ("scheduler's bind of the last member → all started", "bind_to_started", ""),
+            ("last member prepared (vote in the API) → all started", "release", "≤ 1 s"),
+            ("start skew across nodes", "skew", "≤ 0.2 s"),
+            ("gang deleted → nothing held on any node", "delete_to_released", "")]
+    for title, key, goal in rows:
+        lines.append(f"| {title} | {cell('gang_' + key)} | {cell('plain_' + key)} | {goal} |")
+    lines.append(f"| abort decision (record in the API) → every healthy node released | {cell('abort_to_released')} "
+                 f"| – | ≤ 2 s + grace |")
+    cpu, rss = extra["cpu"], extra["rss"]
+    lines += ["", (f"Agents over the whole run ({extra['elapsed']:.0f} s): CPU {statistics.median(cpu):.1f} s median, "
+                   f"{max(cpu):.1f} s max per agent; peak RSS {statistics.median(rss):.0f} MiB median, "
+                   f"{max(rss):.0f} MiB max. Device invariant violations (a GPU prepared for two claims at once): "
+                   f"{extra['device_violations']}. Chaos: {extra['chaos_runs']} runs with a failure injected "
+                   f"(driver or image pull, random node), partial starts: {extra['partial_starts']}.")]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gang", description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--chaos", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=20)
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="the gang stage's timeoutSeconds (how long the abort runs hold the healthy members)")
+    parser.add_argument("--append", type=Path, help="append the table to this Markdown file")
+    args = parser.parse_args(argv)
+    load_before, begin = load_average(), time.monotonic()
+    results, extra = anyio.run(run, args)
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "commit": git_description(),
+            "command": "python -m benchmarks.gang " + " ".join(argv), "cores": os.cpu_count(),
+            "load_before": load_before, "load_after": load_average(), "seconds": time.monotonic() - begin,
+            "runs": args.runs, "nodes": args.nodes, "gpus": args.gpus}
+    text = render(results, extra, meta)
+    print(text)
+    if args.append:
+        with args.append.open("a") as f:
+            f.write("\n" + text)
+    return 0 if extra["partial_starts"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,320 @@
+"""The gang end to end (issue 20), sized for CI: the real kube-scheduler places a
+Workload/PodGroup gang (scheduling.k8s.io, the GangScheduling plugin) whose members each claim
+every fake GPU of a node through a ResourceClaimTemplate; nodeagent on each node (its own
+process, its own private containerd, the fake GPU DRA driver publishing the node's devices)
+prepares the devices and starts the bound members together or not at all.
+
+The harness is benchmarks/gang_cluster.py (the same one ``python -m benchmarks.gang --nodes 8
+--gpus 8`` measures with). What ran where is read from each node's own CRI and the driver's state
+on disk (a monitor every 100 ms), not from the agents' bookkeeping:
+
+* all or nothing: a member's container ran only if every member's did, each once, none before
+  the last member's sandbox existed;
+* each GPU prepared for at most one claim at a time (the driver's CDI specs);
+* after the gang goes: no sandbox, no prepared claim (driver), no DRA checkpoint entry, on any node.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from benchmarks.gang_cluster import (
+    GangCluster,
+    gang_cluster,
+    start_runtimes,
+    stop_runtimes,
+    until,
+)
+from controlplane import ControlPlane
+from devenv import Containerd
+from nodeagent.objects import kinds
+
+pytestmark = pytest.mark.anyio
+
+NODES = 2
+GPUS = 2
+TIMEOUT = 8
+"""The gang's bound hold (the gang stage's timeoutSeconds; graceSeconds is 5)."""
+BARRIER = os.environ.get("NODEAGENT_GANG_E2E_BARRIER", "1") != "0"
+"""NODEAGENT_GANG_E2E_BARRIER=0 runs the agents without the gang stage: each test must fail then."""
+
+
+@pytest.fixture(scope="module")
+def runtimes(request: pytest.FixtureRequest) -> Iterator[list[Containerd]]:
+    """The machines' containerds, shared by the module's tests (each test has its own nodes and
+    agents, and leaves the runtimes empty); kept with their logs if a test failed."""
+    envs = start_runtimes(NODES)
+    try:
+        yield envs
+    finally:
+        stop_runtimes(envs, keep=request.session.testsfailed > 0)
+
+
+@pytest.fixture
+async def cluster(control_plane: ControlPlane, runtimes: list[Containerd],
+                  request: pytest.FixtureRequest) -> AsyncIterator[GangCluster]:
+    # Unix socket paths must stay under 108 bytes: pytest's tmp_path can be longer.
+    workdir = Path(tempfile.mkdtemp(prefix="ge2e-", dir="/tmp"))
+    async with gang_cluster(control_plane, runtimes, GPUS, workdir, {"timeoutSeconds": TIMEOUT},
+                            barrier=BARRIER) as c:
+        yield c
+    if request.session.testsfailed == 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _released(c: GangCluster, pods: list[str]) -> None:
+    await until(lambda: _true(c.quiet(pods)), 60, lambda: f"nothing of the gang held on any node: {c.held()}")
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_the_scheduler_places_the_gang_and_every_node_starts_its_members_together(
+        cluster: GangCluster) -> None:
+    c = cluster
+    # The gang stage reads the version the API server serves.
+    assert c.version in kinds.POD_GROUP.versions and c.version in kinds.WORKLOAD.versions
+    gang = await c.create_gang(NODES, create=NODES - 1)
+    # The scheduler's gang: with fewer members than minCount nobody is bound.
+    await anyio.sleep(3)
+    assert not any(c.pods[m].bound for m in gang.members), "the scheduler bound part of the gang"
+    await c.add_members(gang, range(NODES - 1, NODES))
+    members = list(gang.members)
+
+    async def all_running() -> bool:
+        return all(c.pods[m].running for m in members)
+
+    await until(all_running, 120, "every member Running")
+    await anyio.sleep(0.3)
+    # The scheduler placed them (no spec.nodeName in what we created), one per node: each
+    # member claims all of a node's GPUs.
+    assert sorted(c.pods[m].node for m in members) == sorted(n.name for n in c.nodes)
+    started = c.check_all_or_nothing(members)
+    assert len(started) == NODES
+    # The one commit record, on the coordinator (the smallest name); the others followed it.
+    records = [m for m in members if c.pods[m].record]
+    assert records == [members[0]], records
+    assert c.pods[members[0]].record["reason"] == "GangQuorumReached"
+    for node in c.nodes:
+        assert sum(len(d) for d in node.prepared.values()) == GPUS, node.prepared
+    assert not c.violations, c.violations
+
+    await c.delete_gang(gang)
+    await _released(c, members)
+    assert not c.violations, c.violations
+
+
+def _failed(c: GangCluster, pods: list[str]) -> Any:
+    async def check() -> bool:
+        return all(c.pods[m].failed for m in pods)
+    return check
+
+
+@pytest.mark.parametrize("coordinator", ["broken", "healthy"])
+async def test_a_driver_that_fails_to_prepare_on_one_node_starts_no_member_anywhere(
+        cluster: GangCluster, coordinator: str) -> None:
+    """(a) One node's driver fails NodePrepareResources: that member never reaches the barrier,
+    the others hold their devices for the gang's bounded time only, nothing runs anywhere, every
+    member fails with the gang's reason and everything is released; once the driver recovers,
+    the controller's next generation of the gang starts as a whole. The coordinator (member 0)
+    is sent to the broken node (it never decides: the others release themselves at their votes'
+    expiry plus grace) or to a healthy one (it times the gang out)."""
+    c = cluster
+    broken = c.nodes[1]
+    assert broken.driver is not None
+    broken.driver.fail = "prepare"
+    gang = await c.create_gang(NODES, on={0: (broken if coordinator == "broken" else c.nodes[0]).name})
+    members = list(gang.members)
+    await until(lambda: _true(all(c.pods[m].bound for m in members)), 60, "every member bound")
+    healthy = [m for m in members if c.pods[m].node != broken.name]
+    stuck = [m for m in members if c.pods[m].node == broken.name]
+    assert len(stuck) == 1 and healthy
+    # The healthy members prepare (their devices), vote, and are released within the gang's
+    # bound: its timeout, plus the grace when the stuck member is the coordinator.
+    await until(lambda: _true(all(c.pods[m].voted for m in healthy) or bool(c.started(members))), 60,
+                "the healthy members voted")
+    assert not c.started(members), "a member ran while another could not prepare its devices"
+    voted = max(c.pods[m].voted for m in healthy)
+    await until(_failed(c, healthy), TIMEOUT + 5 + 30, "the healthy members released")
+    for m in healthy:
+        assert c.pods[m].failed - voted <= TIMEOUT + 5 + 10, (c.pods[m].failed - voted)
+        assert c.pods[m].reason in ("GangAdmissionTimeout", "GangAborted"), (c.pods[m].reason, c.pods[m].message)
+    await until(lambda: _true(c.quiet(healthy)), 30,
+                lambda: f"the healthy members' devices and sandboxes released: {c.held()}")
+    pod = c.pods[stuck[0]].pod
+    assert pod["status"]["phase"] == "Pending" and pod["status"].get("reason") == "FailedPrepareDynamicResources", \
+        pod["status"]
+    assert not c.started(members), "a member ran while another could not prepare its devices"
+
+    # The driver recovers: the stuck member prepares, reaches the barrier, finds the gang
+    # ended, and fails too; its claim is unprepared.
+    broken.driver.fail = "none"
+    await until(_failed(c, stuck), 60, "the stuck member failed at the barrier")
+    assert c.pods[stuck[0]].reason in ("GangAborted", "GangAdmissionTimeout"), c.pods[stuck[0]].message
+    assert not c.started(members), "a member of the ended gang ran"
+    await c.kubectl("delete", "pods", "-l", f"gang-e2e={gang.name}", "--wait=false")
+    await _released(c, members)
+
+    # The controller's part: a new generation of the same PodGroup starts as a whole.
+    again = await c.add_members(gang, range(NODES, 2 * NODES))
+    await until(lambda: _true(all(c.pods[m].running for m in again)), 120, "the new generation Running")
+    await anyio.sleep(0.3)
+    assert len(c.check_all_or_nothing(again)) == NODES
+    assert not c.started(members)
+    assert not c.violations, c.violations
+    await c.delete_gang(gang)
+    await _released(c, again)
+
+
+def _voted_or_started(c: GangCluster, voters: list[str], members: list[str]) -> Any:
+    async def check() -> bool:
+        return all(c.pods[m].voted for m in voters) or bool(c.started(members))
+    return check
+
+
+def _resolved(c: GangCluster, members: list[str]) -> Any:
+    """Every member running, or every member failed: the gang resolved one way or the other."""
+    async def check() -> bool:
+        return all(c.pods[m].running for m in members) or all(c.pods[m].failed for m in members)
+    return check
+
+
+async def test_an_agent_sigkilled_at_the_barrier_never_starts_the_gang_partially(cluster: GangCluster) -> None:
+    """(b) The coordinator's agent is SIGKILLed while its member waits at the barrier (the other
+    member is held back by its driver until then); the other member prepares and votes with the
+    coordinator dead: nothing starts on any node. Restarted, the agent adopts its member and the
+    gang either starts whole (each container once, after the restart) or is released whole."""
+    c = cluster
+    victim, slow = c.nodes[0], c.nodes[1]
+    assert slow.driver is not None
+    slow.driver.fail = "prepare"
+    gang = await c.create_gang(NODES, on={0: victim.name})
+    members = list(gang.members)
+    await until(_voted_or_started(c, members[:1], members), 60, "the coordinator's member at the barrier")
+    assert not c.started(members), "a member started before the gang was prepared"
+    victim.kill_agent()
+    slow.driver.fail = "none"
+    await until(_voted_or_started(c, members[1:], members), 60, "the other member prepared with the coordinator dead")
+    await anyio.sleep(2)
+    assert not c.started(members), "a member started while the coordinator's agent was dead"
+    assert not any(c.pods[m].record for m in members), "decided while the coordinator's agent was dead"
+
+    restarted = time.time_ns()
+    victim.start_agent()
+    await until(_resolved(c, members), 90, "the gang started or released, whole")
+    await anyio.sleep(0.5)
+    started = c.check_all_or_nothing(members)
+    if started:
+        assert len(started) == NODES and all(s.started_at > restarted for s in started), started
+        outcome = "started whole"
+    else:
+        assert all(c.pods[m].reason in ("GangAborted", "GangAdmissionTimeout") for m in members), \
+            [(c.pods[m].reason, c.pods[m].message) for m in members]
+        outcome = "released whole"
+    print(f"after the restart the gang {outcome}")
+    await c.delete_gang(gang)
+    await _released(c, members)
+    assert not c.violations, c.violations
+
+
+async def test_a_member_deleted_after_the_gang_started_leaves_the_others_running(cluster: GangCluster) -> None:
+    """(d) Our policy (docs/GANG.md): the barrier is about starting. Once a gang committed, a
+    member that goes (deleted, its node lost) changes nothing for the others: they keep running,
+    untouched (the kubelet has no gang policy at all; restarting or evicting the rest is the
+    controller's and scheduler's part, KEP-5710 disruptionMode). The member's devices are
+    unprepared and its sandbox removed on its node; a replacement in the same PodGroup, placed by
+    the scheduler, starts at once (the gang is satisfied already) without a new quorum."""
+    c = cluster
+    gang = await c.create_gang(NODES)
+    members = list(gang.members)
+    await until(lambda: _true(all(c.pods[m].running for m in members)), 120, "the gang Running")
+    await anyio.sleep(0.3)
+    before = {s.pod: s for s in c.check_all_or_nothing(members)}
+    gone = members[-1]
+    node = c.member_nodes([gone])[gone]
+    await c.kubectl("delete", "pod", gone, "--wait=false")
+    await until(lambda: _true(bool(c.pods[gone].deleted)), 60, "the member deleted")
+    await until(lambda: _true(c.quiet([gone])), 60, lambda: f"the deleted member's node released: {c.held()}")
+    stay = [m for m in members if m != gone]
+    await anyio.sleep(1)
+    for m in stay:
+        assert c.pods[m].pod["status"]["phase"] == "Running" and not c.pods[m].failed
+        seen = [s for n in c.nodes for s in n.seen([m])]
+        assert seen == [before[m]], f"{m} was restarted or stopped: {seen}"
+
+    [replacement] = await c.add_members(gang, [NODES])
+    await until(lambda: _true(bool(c.pods[replacement].running)), 120, "the replacement Running")
+    assert c.pods[replacement].node == node.name
+    vote = c.pods[replacement].vote
+    assert vote.get("reason") == "GangCommitted", vote  # joined a committed gang, no new barrier
+    assert not any(s.pod in stay for n in c.nodes for s in n.seen(stay) if s not in before.values())
+    await c.delete_gang(gang)
+    await _released(c, [*members, replacement])
+    assert not c.violations, c.violations
+
+
+async def test_an_image_that_cannot_be_pulled_on_one_node_starts_no_member(cluster: GangCluster) -> None:
+    """(e) One member's image cannot be pulled on its node (ErrImagePull, retried with back-off):
+    it never reaches the barrier, no member's container starts anywhere, the others are released
+    within the gang's bound, and deleting the gang leaves nothing on any node."""
+    c = cluster
+    good, bad = c.nodes[0], c.nodes[1]
+    gang = await c.create_gang(NODES, on={0: good.name}, create=0)
+    await c.add_members(gang, [1], image="registry.invalid/nodeagent/missing:1", on={1: bad.name})
+    await c.add_members(gang, [0])
+    members = sorted(gang.members)
+    await until(_voted_or_started(c, members[:1], members), 60, "the member on the good node at the barrier")
+    assert not c.started(members), "a member started while another's image could not be pulled"
+    await until(_failed(c, members[:1]), TIMEOUT + 30, "the good node's member released")
+    assert c.pods[members[0]].reason == "GangAdmissionTimeout", c.pods[members[0]].message
+    await until(lambda: _true(c.quiet(members[:1])), 30, lambda: f"the good node released: {c.held()}")
+    waiting = c.pods[members[1]].pod["status"]["containerStatuses"][0]["state"].get("waiting", {})
+    assert waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff"), waiting
+    assert not c.started(members)
+    await c.delete_gang(gang)
+    await _released(c, members)
+    assert not c.started(members)
+
+
+async def test_the_api_server_down_for_30s_during_the_barrier_never_starts_the_gang_partially(
+        cluster: GangCluster) -> None:
+    """(c) The API server is stopped for 30 s while the coordinator's member waits at the barrier
+    and the other member is still preparing (its driver failing until the outage starts): no
+    member starts on any node meanwhile (the runtimes say so, polled throughout); after the API
+    server is back the gang resolves, whole: all started, or all released."""
+    c = cluster
+    slow = c.nodes[1]
+    assert slow.driver is not None
+    slow.driver.fail = "prepare"
+    gang = await c.create_gang(NODES, on={0: c.nodes[0].name})
+    members = list(gang.members)
+    await until(_voted_or_started(c, members[:1], members), 60, "the coordinator's member at the barrier")
+    assert not c.started(members)
+    await anyio.to_thread.run_sync(c.cp.stop_component, "kube-apiserver")
+    try:
+        slow.driver.fail = "none"
+        for _ in range(30):
+            await anyio.sleep(1)
+            assert not c.started(members), "a member started while the API server was down"
+    finally:
+        await anyio.to_thread.run_sync(c.cp.start_component, "kube-apiserver")
+    await until(_resolved(c, members), 120, "the gang started or released, whole, after the outage")
+    await anyio.sleep(0.5)
+    started = c.check_all_or_nothing(members)
+    print(f"after the outage the gang {'started whole' if started else 'was released whole'}")
+    if not started:
+        assert all(c.pods[m].reason in ("GangAborted", "GangAdmissionTimeout") for m in members)
+    await c.delete_gang(gang)
+    await _released(c, members)
+    for node in c.nodes:
+        await c.wait_ready(node)

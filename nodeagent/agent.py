@@ -170,7 +170,7 @@ class Agent:
         self.metrics = Metrics()
         self.trace = Trace(config.trace_file)
         self.relister = Relister(self.runtime, config.node_name, self.bus.publish,
-                                 on_relist=self.metrics.relisted)
+                                 on_relist=self.metrics.relisted, evented_period=config.evented_relist_period)
         self.runtime.observer = self.metrics.runtime_operation
         self.stats = UsageCollector(self.runtime, self.relister, config.node_name, config.root_dir,
                                     config.pod_logs_dir, volume_stats_seconds=config.volume_stats_agg_period)

@@ -216,6 +216,10 @@ class AgentConfig(BaseModel):
     """How often the disk use of logs and pod volumes is measured by walking them (the kubelet's
     1m0s, 0 meaning that too); the rest of the usage sample is taken every 10 s. Negative: never
     (no volume or log figures, so no emptyDir sizeLimit eviction either)."""
+    evented_relist_period: Duration = Field(default=1.0, gt=0)
+    """nodeagent's own: seconds between full relists of the runtime while it streams container
+    events (each event triggers a relist; this is the safety net). Without the stream, and
+    while it is broken, the relist runs every second, as the kubelet's."""
     file_check_frequency: Duration = Field(default=20.0, gt=0)
     """Seconds between full rescans of staticPodPath (changes are also seen sooner by polling)."""
     healthz_bind_address: str = "127.0.0.1"

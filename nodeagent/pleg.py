@@ -34,6 +34,7 @@ log = structlog.get_logger("nodeagent.pleg")
 RELIST_TIMEOUT_SECONDS = 5.0
 EVENT_SETTLE_SECONDS = 0.02
 """How long a burst of container events is gathered before the relist it triggers."""
+STREAM_TRUSTED_AFTER_SECONDS = 1.0
 INSPECT_CONCURRENCY = 8
 
 _STATES = {
@@ -54,11 +55,13 @@ class Relister:
         publish: Callable[[Event], Awaitable[None]],
         period: float = 1.0,
         on_relist: Callable[[float], None] | None = None,
+        evented_period: float | None = None,
     ) -> None:
         self._runtime = runtime
         self._node = node_name
         self._publish = publish
         self._period = period
+        self._evented_period = evented_period if evented_period is not None else period
         self._on_relist = on_relist
         self._pods: dict[str, PodRuntime] = {}
         self._containers: dict[str, ContainerRecord] = {}
@@ -67,8 +70,9 @@ class Relister:
         self.healthy = False
         self.last_relist: float = 0.0
         self._runtime_down = False
-        self.evented = False
-        """The runtime's event stream is connected: events trigger relists."""
+        self._stream_since: float | None = None
+        """When the current event stream was opened (None: no stream)."""
+        self._stream_events = 0
         self._settling = False
         self._settle_group: anyio.abc.TaskGroup | None = None
         self.events_seen = 0
@@ -90,6 +94,20 @@ class Relister:
         """Relist now rather than at the next tick (after a stage changed something)."""
         self._poke.set()
 
+    @property
+    def evented(self) -> bool:
+        """The runtime's event stream is up: it delivered an event, or has stayed open for a
+        second (a runtime without it fails the call at once; an idle node sends nothing)."""
+        if self._stream_since is None:
+            return False
+        return self._stream_events > 0 or time.monotonic() - self._stream_since >= STREAM_TRUSTED_AFTER_SECONDS
+
+    @property
+    def period(self) -> float:
+        """Seconds to the next periodic relist: the safety-net period while events flow, else
+        the kubelet's second."""
+        return self._evented_period if self.evented else self._period
+
     # --- the loop ---------------------------------------------------------------------
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -107,7 +125,7 @@ class Relister:
             if not started:
                 started = True
                 task_status.started()
-            with anyio.move_on_after(self._period):
+            with anyio.move_on_after(self.period):
                 await self._poke.wait()
 
     async def _settle_then_poke(self) -> None:
@@ -125,28 +143,35 @@ class Relister:
         breaks; give up (periodic relisting only) on a runtime without the stream."""
         backoff = Backoff(initial=0.5, maximum=30.0, jitter=0.2)
         while True:
+            was_evented = False
             try:
                 stream = self._runtime.container_events()
+                self._stream_since, self._stream_events = time.monotonic(), 0
                 try:
                     async for _event in stream:
-                        if not self.evented:
-                            self.evented = True
+                        if self._stream_events == 0:
                             log.info("following the runtime's container events")
                         backoff.reset()
+                        self._stream_events += 1
                         self.events_seen += 1
                         if not self._poke.is_set() and not self._settling:
                             self._settling = True
                             self._settle_group.start_soon(self._settle_then_poke)
                 finally:
+                    was_evented = self.evented
+                    self._stream_since = None
                     await stream.aclose()
+                problem = "the runtime ended it"
             except Unimplemented:
                 log.info("the runtime streams no container events; relisting every second only")
-                self.evented = False
                 return
             except CriError as exc:
-                if self.evented:
-                    log.warning("container event stream broken; relisting every second meanwhile", error=str(exc))
-                self.evented = False
+                problem = str(exc)
+            if was_evented:
+                # Events may have been lost with the stream: look now, then every second until
+                # it is back.
+                log.warning("container event stream broken; relisting every second meanwhile", error=problem)
+                self._poke.set()
             await anyio.sleep(backoff.next())
 
     async def relist_once(self) -> None:

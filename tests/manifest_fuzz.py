@@ -455,7 +455,7 @@ class Fuzzer:
             self.recent.append((f"fz{self.counter}", case))
             path = env.manifests / filename
             try:
-                pods, _ = parse_documents(path, text, env.node, 0.0)
+                pods, _ = parse_documents(path, text, env.node, 0.0, env.agent.objects)
                 expected: list[str] | None = [p["metadata"]["uid"] for p in pods]
             except ManifestError as exc:
                 assert SECRET not in str(exc), f"the error quotes a secret: {case.steps}"

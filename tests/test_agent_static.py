@@ -549,29 +549,30 @@ async def test_the_longest_valid_names_neither_stop_the_agent_nor_loop_on_except
                                                                                     tmp_path: Path) -> None:
     """A 253-character pod name in a 63-character namespace is valid, yet "<ns>_<name>_<uid>"
     is longer than a file name may be. The status file used it (ENAMETOOLONG stopped the status
-    writer, and the agent); the pod log directory is the kubelet's and cannot be shortened: the
-    pod stays Pending and retries, as with the kubelet, without an exception."""
+    writer, and the agent). Host path names that do not fit are shortened with a digest
+    (nodeagent/hostpaths.fit): the status file and the pod's log directory (where the kubelet
+    would fail the pod's sandbox for ever), so the pod runs, and nothing raises."""
     import json
 
+    from nodeagent.hostpaths import HASH_MARK, MAX_NAME_BYTES
     from tests.manifest_fuzz import SLEEP, watching_logs
 
     with watching_logs() as watch:
         async with running_agent(containerd, tmp_path) as env:
-            long = pod_manifest("a" * (253 - len(env.node) - 1), SLEEP, container_name="c" * 63)
+            name = "a" * (253 - len(env.node) - 1)
+            long = pod_manifest(name, SLEEP, container_name="c" * 63)
             long["metadata"]["namespace"] = "n" * 63
             env.write("long.yaml", long)
             env.write("short.yaml", pod_manifest("short"))
             await env.wait_running("short")
+            await env.wait_running(name)
             uid = next(u for u, (ref, *_rest) in env.agent.status.all().items() if ref.namespace == "n" * 63)
-
-            async def retrying() -> bool:
-                return any(e["kind"] == "PodWaiting" and e["reason"] == "FailedCreatePodSandBox"
-                           for e in env.agent.trace.chain(uid))
-
-            await wait_for(retrying, what="the long-named pod retrying its sandbox")
-            files = [p.name for p in (env.config.root_dir / "pod-status").iterdir()]
-            assert any(n.startswith("n" * 63 + "_aaa") and n.endswith(f"_{uid}.json") and len(n) == 255
-                       for n in files), files
-            status = json.loads(next((env.config.root_dir / "pod-status").glob(f"*_{uid}.json")).read_text())
-            assert status["status"]["phase"] == "Pending"
+            [status_file] = [p for p in (env.config.root_dir / "pod-status").iterdir() if p.name.startswith("n" * 63)]
+            assert len(status_file.name) == MAX_NAME_BYTES and HASH_MARK in status_file.name
+            assert status_file.name.endswith(".json")
+            status = json.loads(status_file.read_text())
+            assert status["pod"]["uid"] == uid and status["status"]["phase"] == "Running"
+            [log_dir] = [p for p in env.config.pod_logs_dir.iterdir() if p.name.startswith("n" * 63)]
+            assert len(log_dir.name) == MAX_NAME_BYTES and HASH_MARK in log_dir.name
+            assert list(log_dir.iterdir()), "the container logs where the sandbox's log directory says"
     assert not watch.problems, watch.problems

@@ -23,7 +23,8 @@ async def test_an_exit_is_seen_without_waiting_for_the_next_relist(containerd: A
             await anyio.sleep(2)
             assert not relister.evented, "containerd 1.6 streams no events: periodic relisting only"
             pytest.skip("containerd 1.6 has no GetContainerEvents (checked: the relister falls back)")
-        relister._period = 30.0  # the safety net out of the way: only an event can make it look now
+        # The safety net out of the way: only an event can make it look now.
+        relister._period = relister._evented_period = 30.0
         env.write("brief.yaml", pod_manifest("brief", command="sleep 3; exit 7", restartPolicy="Never"))
         running = await env.wait_running("brief")
 
@@ -34,5 +35,5 @@ async def test_an_exit_is_seen_without_waiting_for_the_next_relist(containerd: A
         record = await wait_for(exited, 20, "the exit in the agent's view, long before a 30 s relist")
         seen = time.time()
         assert record.id == running.id and record.exit_code == 7
-        assert relister.evented and relister.events_seen > 0
+        assert relister.evented and relister.events_seen > 0 and relister.period == 30.0
         assert seen - record.finished_at / 1e9 < 5.0, "seen within seconds of the exit, not at the next relist"

@@ -155,8 +155,13 @@ async def test_four_members_start_together_others_are_not_held_and_latecomers_st
         assert all(waiting_reasons(env, n) == {"WaitingForGang"} for n in gang[:3])
 
         env.write("w4.yaml", member("w4", "train", 4))
+
+        async def main_running(name: str) -> list[t.Container]:
+            # Not just any container: a member's init container runs (briefly) first.
+            return [c for c in await env.running_containers(name) if c.labels.get(L.CONTAINER_NAME) == "main"]
+
         for name in gang:
-            await env.wait_running(name, 60)
+            await wait_for(lambda name=name: main_running(name), 60, f"{name}'s main container running")
 
         # Runtime evidence: no container of any member started before the last member was
         # prepared (its sandbox, the last step of preparation, was created).

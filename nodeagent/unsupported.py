@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from cri import types as t
 from nodeagent.model import Pod, unhonoured_fields
 
 UNSUPPORTED_VOLUME = "UnsupportedVolume"
@@ -26,6 +27,10 @@ class Refusal:
     reason: str
     message: str
 
+
+# The first containerd whose CRI mounts images (Mount.image, containerd PR #10579, 2.1.0).
+IMAGE_MOUNTS_SINCE = (2, 1)
+_VERSION = re.compile(r"v?(\d+)\.(\d+)")
 
 _VOLUME_SOURCE = re.compile(r"^spec\.volumes\[(\d+)\]\.(\w+)$")
 # Paths (after list indexes are dropped) whose absence changes what the pod gets, and why.
@@ -40,9 +45,31 @@ _CONSEQUENTIAL = {
 }
 
 
-def refusal(pod: Pod) -> Refusal | None:
-    """Why ``pod`` must not run on this node as it is, or None."""
+def mounts_images(runtime: t.VersionInfo | None) -> bool:
+    """Whether the runtime's CRI mounts image volumes. containerd before 2.1 ignores
+    ``Mount.image`` (an unknown field to it); other runtimes (CRI-O since 1.31) are trusted
+    to say so themselves at CreateContainer."""
+    if runtime is None or runtime.runtime_name != "containerd":
+        return True
+    found = _VERSION.match(runtime.runtime_version)
+    return found is None or (int(found.group(1)), int(found.group(2))) >= IMAGE_MOUNTS_SINCE
+
+
+def refusal(pod: Pod, runtime: t.VersionInfo | None = None) -> Refusal | None:
+    """Why ``pod`` must not run on this node as it is, or None. ``runtime`` (the CRI Version
+    answer) says what the runtime can do; None: assume it can."""
     extra = pod.spec.model_extra or {}
+    if not mounts_images(runtime):
+        assert runtime is not None
+        for vol in pod.spec.volumes:
+            if vol.image is not None and any(m.name == vol.name for c in
+                                                (*pod.all_containers(), *pod.spec.ephemeral_containers)
+                                                for m in c.volume_mounts):
+                # The kubelet would send the mount and the runtime would fail every
+                # CreateContainer (CreateContainerError, forever); refused at once instead.
+                return Refusal(UNSUPPORTED_VOLUME, f'volume "{vol.name}" is an image volume, which the runtime '
+                                                   f"({runtime.runtime_name} {runtime.runtime_version}) cannot mount: "
+                                                   "image volumes need containerd 2.1 or later")
     if extra.get("hostUsers") is False:
         return Refusal(UNSUPPORTED_FIELD, "spec.hostUsers: false asks for a user namespace, which nodeagent does "
                                           "not set up yet: the pod would run in the host's user namespace")
@@ -63,4 +90,4 @@ def refusal(pod: Pod) -> Refusal | None:
     return None
 
 
-__all__ = ["Refusal", "UNSUPPORTED_FIELD", "UNSUPPORTED_VOLUME", "refusal"]
+__all__ = ["IMAGE_MOUNTS_SINCE", "UNSUPPORTED_FIELD", "UNSUPPORTED_VOLUME", "Refusal", "mounts_images", "refusal"]

@@ -358,7 +358,7 @@ class PodWorker:
 
     async def _admit(self) -> Result:
         problem = hostpaths.pod_problem(self.pod)
-        refused = refusal(self.pod)
+        refused = refusal(self.pod, getattr(self.services.runtime, "runtime_version", None))
         if problem is not None:
             # Before any stage: a name that cannot be a host path component never reaches one.
             result, stage = Result.reject(UNSAFE_NAMES, f"pod names cannot be host paths: {problem}"), "worker"

@@ -49,7 +49,7 @@ from nodeagent.podfacts import RESIZE, RESTART_ALL_AT, RUNTIME_NOTES, STARTUP_PA
 from nodeagent.stash import StashKey
 from nodeagent.waits import first_of
 from nodeagent.volumebind import unbind_pod
-from plugins.runtime import podcgroup
+from plugins.runtime import imagevolumes, podcgroup
 from plugins.runtime.images import ImagePuller
 from plugins.runtime.nodekeyring import NodeKeyring
 from plugins.runtime.pullrecords import PullRecords
@@ -113,6 +113,11 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             ctx.status.clear_container_waiting(container.name)
             refs[container.name] = ref
         ctx.stash[IMAGE_REFS] = refs
+        # Image volumes before any container starts (the kubelet pulls them before its first
+        # container start, too); mounted by the runtime at each container's creation.
+        problem = await imagevolumes.ensure(ctx, self._images, secrets)
+        if problem is not None:
+            return problem
         await self._ensure_sandbox(ctx)
         return Result.ok()
 

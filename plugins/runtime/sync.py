@@ -28,7 +28,7 @@ from nodeagent.stash import StashKey
 from nodeagent.volumebind import VolumeBindError, bind_volume_mounts
 from nodeagent.kube.restartpolicy import unstarted_sidecars
 from nodeagent.podfacts import STARTUP_PASSED, notes_of
-from plugins.runtime import restartall
+from plugins.runtime import imagevolumes, restartall
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.container import container_config, container_hash, runtime_inputs
 from plugins.runtime.events import ContainerBackedOff, ContainerFailed, HookFailed
@@ -224,6 +224,8 @@ class Syncer:
             # subPaths and typed hostPaths: opened, checked and bound now, for this instance —
             # never what an earlier start (or prepare) saw, which a container may have changed.
             extra.mounts.extend(await anyio.to_thread.run_sync(bind_volume_mounts, ctx.pod_dir, name, extra.binds))
+            # Image volumes: mounted by the runtime itself, from the image ensured in prepare.
+            extra.mounts.extend(imagevolumes.mounts(ctx, pod, container))
             message_file = create_message_file(ctx.pod_dir, name)
         except (VolumeBindError, OSError, ValueError) as exc:
             detail = exc.detail if isinstance(exc, VolumeBindError) else str(exc)

@@ -7,6 +7,7 @@ runtime that cannot mount images (containerd before 2.1) refuses the pod at admi
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +16,12 @@ from typing import Any
 import anyio
 import pytest
 
+from cri import RuntimeClient
 from cri import types as t
+from devenv import registry as oci_registry
+from devenv.containerd import Containerd
 from devenv.images import LayerBuilder, write_oci_archive
 from nodeagent.unsupported import UNSUPPORTED_VOLUME, mounts_images
-from tests import oci_registry
 from tests.agent_helpers import AgentEnv, pod_manifest, running_agent, wait_for
 from tests.private_runtime import blob_image, private_containerd
 
@@ -169,3 +172,22 @@ async def test_image_gc_never_removes_an_image_a_volume_mounts(tmp_path: Path) -
             assert volume_name in await names(), "the image a volume mounts stays"
             got = await _exec(env, "user", "ls", "/volume")
             assert got.stdout.split() == [b"blob"], got
+
+
+@pytest.mark.containerd
+async def test_a_registry_mirror_serves_a_registry_k8s_io_name(registry: oci_registry.Registry) -> None:
+    # How the upstream e2e run gets kitten with imagePullPolicy Always: containerd's registry
+    # config makes the loopback registry the mirror of registry.k8s.io.
+    base = Path(tempfile.mkdtemp(prefix="na-mirror-", dir="/tmp"))
+    runtime = Containerd(base, registry_mirrors={"registry.k8s.io": registry.host})
+    runtime.start()
+    try:
+        before = registry.manifest_gets("e2e/content")
+        async with RuntimeClient(runtime.endpoint) as client:
+            ref = await client.pull_image("registry.k8s.io/e2e/content:1.0")
+            image = await client.image_status("registry.k8s.io/e2e/content:1.0")
+        assert image is not None and image.id == ref
+        assert registry.manifest_gets("e2e/content") > before
+    finally:
+        runtime.stop()
+        shutil.rmtree(base, ignore_errors=True)

@@ -1,4 +1,6 @@
-"""A plain-HTTP OCI registry on 127.0.0.1 for tests, serving images from our OCI archives.
+"""A plain-HTTP OCI registry on 127.0.0.1, serving images from our OCI archives (a thread of
+the process that serves it: tests, and the upstream e2e run, where containerd's registry
+mirror config sends pulls of registry.k8s.io here: devenv.containerd ``registry_mirrors``).
 
 Just enough of the distribution API for a pull (``/v2/``, manifests by tag or digest, blobs by
 digest), so that a pull with policy Always really goes to a registry. containerd allows plain
@@ -35,9 +37,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._serve(body=True)
 
     def _serve(self, *, body: bool) -> None:
-        match = re.fullmatch(r"/v2/(.+)/(manifests|blobs)/([^/]+)", self.path)
+        # A pull through a mirror names the registry it stands for: ?ns=registry.k8s.io
+        path = self.path.split("?", 1)[0]
+        match = re.fullmatch(r"/v2/(.+)/(manifests|blobs)/([^/]+)", path)
         found: tuple[str, bytes] | None = None
-        if self.path == "/v2/":
+        if path == "/v2/":
             found = ("application/json", b"{}")
         elif match is not None:
             repo, kind, ref = match[1], match[2], match[3]
@@ -74,7 +78,8 @@ class Registry:
 
 @contextmanager
 def serve(images: dict[str, Path]) -> Iterator[Registry]:
-    """Serve ``images`` (``repository:tag`` -> a one-image OCI archive of ours)."""
+    """Serve ``images`` (``repository:tag`` -> a one-image OCI archive of ours; the repository
+    without a registry host, as a pull through a mirror asks for it)."""
     blobs: dict[str, tuple[str, bytes]] = {}
     tags: dict[tuple[str, str], str] = {}
     for name, archive in images.items():

@@ -20,7 +20,7 @@ import structlog
 
 from cri import CriError, RuntimeClient
 from nodeagent import events as ev
-from nodeagent import quantity
+from nodeagent import cgroupdriver, quantity
 from nodeagent.admission import AdmissionCycle
 from nodeagent.apiclient import make_api_client
 from nodeagent.bus import TOPOLOGY, Bus, consume
@@ -157,6 +157,8 @@ class Agent:
         self.clock = clock or SystemClock()
         self.bus = Bus(TOPOLOGY, cluster=config.kubeconfig is not None)
         self.supervisor: Supervisor | None = None
+        self.cgroup_driver = cgroupdriver.CgroupDriver(self.config.cgroup_driver, from_runtime=False)
+        """The node's cgroup driver, asked of the runtime once it is connected."""
         """Runs every long-lived task (set when the agent runs)."""
         self.runtime = RuntimeClient(config.container_runtime_endpoint, timeout=config.runtime_request_timeout)
         self.api: Any = make_api_client(config.kubeconfig) if config.kubeconfig else None
@@ -246,6 +248,11 @@ class Agent:
                 if self.cluster is not None:
                     await self.cluster.start(sup)  # registers the Node even while the runtime is down
                 await self._connect_runtime()
+                self.cgroup_driver = await cgroupdriver.resolve(self.runtime, self.config.cgroup_driver)
+                if self.cgroup_driver.driver != cgroupdriver.CGROUPFS:
+                    log.error("the runtime uses the systemd cgroup driver, which nodeagent does not implement: "
+                              "every pod is refused", from_runtime=self.cgroup_driver.from_runtime)
+                self.metrics.collectors.append(self.cgroup_driver.render_metrics)
                 await sup.start(self.relister.run, name="pleg")
                 await sup.start(self.status.run, name="status")
                 await sup.start(self.stats.run, name="stats")
@@ -261,6 +268,7 @@ class Agent:
                     await sup.start(self.plugin_watcher.run, name="plugin-watcher")
                 services = Services(
                     runtime=self.runtime, clock=self.clock, node=self.node, settings=self.config,
+                    cgroup_driver=self.cgroup_driver.driver,
                     relister=self.relister, status=self.status, publish=self.bus.publish,
                     objects=self.objects,
                     admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,

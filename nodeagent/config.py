@@ -232,6 +232,9 @@ class AgentConfig(BaseModel):
     privileged pod on a node that disallows them is rejected at admission (reason Forbidden)."""
     allowed_unsafe_sysctls: list[str] = Field(default_factory=list)
     """Sysctls (or ``prefix.*`` patterns) pods may set beyond the kubelet's safe set."""
+    cgroup_driver: Literal["cgroupfs", "systemd"] = "cgroupfs"
+    """The kubelet's cgroupDriver: used only when the runtime does not say its own through CRI
+    RuntimeConfig (containerd 1.6); containerd 2.x's answer wins (nodeagent/cgroupdriver.py)."""
     seccomp_default: bool = False
     """RuntimeDefault instead of Unconfined for containers that name no seccomp profile."""
     cluster_domain: str = "cluster.local"

@@ -20,6 +20,7 @@ from nodeagent.model import Pod, unhonoured_fields
 
 UNSUPPORTED_VOLUME = "UnsupportedVolume"
 UNSUPPORTED_FIELD = "UnsupportedPodField"
+UNSUPPORTED_CGROUP_DRIVER = "UnsupportedCgroupDriver"
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,15 @@ def mounts_images(runtime: t.VersionInfo | None) -> bool:
     return found is None or (int(found.group(1)), int(found.group(2))) >= IMAGE_MOUNTS_SINCE
 
 
-def refusal(pod: Pod, runtime: t.VersionInfo | None = None) -> Refusal | None:
+def refusal(pod: Pod, runtime: t.VersionInfo | None = None, *, cgroup_driver: str = "cgroupfs") -> Refusal | None:
     """Why ``pod`` must not run on this node as it is, or None. ``runtime`` (the CRI Version
-    answer) says what the runtime can do; None: assume it can."""
+    answer) says what the runtime can do; None: assume it can. ``cgroup_driver`` is the node's
+    (nodeagent/cgroupdriver.py)."""
+    if cgroup_driver != "cgroupfs":
+        # Pod cgroups are cgroupfs paths here: runc under the systemd driver refuses them.
+        return Refusal(UNSUPPORTED_CGROUP_DRIVER, f"the runtime uses the {cgroup_driver} cgroup driver, which "
+                                                  "nodeagent does not implement (its pod cgroups are cgroupfs "
+                                                  "paths): the pod's sandbox could not be created")
     extra = pod.spec.model_extra or {}
     if not mounts_images(runtime):
         assert runtime is not None
@@ -90,4 +97,5 @@ def refusal(pod: Pod, runtime: t.VersionInfo | None = None) -> Refusal | None:
     return None
 
 
-__all__ = ["IMAGE_MOUNTS_SINCE", "UNSUPPORTED_FIELD", "UNSUPPORTED_VOLUME", "Refusal", "mounts_images", "refusal"]
+__all__ = ["IMAGE_MOUNTS_SINCE", "UNSUPPORTED_CGROUP_DRIVER", "UNSUPPORTED_FIELD", "UNSUPPORTED_VOLUME", "Refusal",
+           "mounts_images", "refusal"]

@@ -22,7 +22,13 @@ from devenv import registry as oci_registry
 from devenv.containerd import Containerd
 from devenv.images import LayerBuilder, write_oci_archive
 from nodeagent.unsupported import UNSUPPORTED_VOLUME, mounts_images
-from tests.agent_helpers import AgentEnv, pod_manifest, running_agent, wait_for
+from tests.agent_helpers import (
+    BUSYBOX_IMAGE,
+    AgentEnv,
+    pod_manifest,
+    running_agent,
+    wait_for,
+)
 from tests.private_runtime import blob_image, private_containerd
 
 pytestmark = pytest.mark.anyio
@@ -59,9 +65,11 @@ async def _exec(env: AgentEnv, pod: str, *cmd: str) -> t.ExecSyncResult:
     return await env.client.exec_sync(container.id, list(cmd), timeout=10)
 
 
-def _waiting(env: AgentEnv, pod: str) -> dict[str, str]:
-    statuses = env.status_of(pod).get("containerStatuses") or []
-    return dict(statuses[0].get("state", {}).get("waiting", {})) if statuses else {}
+def _waiting(env: AgentEnv, pod: str, container: str = "main") -> dict[str, str]:
+    for status in env.status_of(pod).get("containerStatuses") or []:
+        if status.get("name") == container:
+            return dict(status.get("state", {}).get("waiting", {}))
+    return {}
 
 
 async def test_an_image_volume_is_pulled_and_mounted_read_only(containerd: Any, tmp_path: Path,
@@ -108,7 +116,11 @@ async def test_an_image_volume_that_cannot_be_pulled_holds_back_only_its_contain
         if not mounts_images(env.client.runtime_version):
             pytest.skip("this runtime refuses image volumes at admission (the test above checks it)")
         env.write("unused.yaml", _image_pod("unused", missing, []))
-        env.write("used.yaml", _image_pod("used", missing, [{"name": "volume", "mountPath": "/volume"}]))
+        used = _image_pod("used", missing, [{"name": "volume", "mountPath": "/volume"}])
+        # A second container that does not mount it runs (toKubeContainerImageVolumes).
+        used["spec"]["containers"].append({"name": "other", "image": BUSYBOX_IMAGE,
+                                           "command": ["sh", "-c", "sleep 3600"]})
+        env.write("used.yaml", used)
         env.write("subpath.yaml", _image_pod("subpath", f"{registry.host}/e2e/content:1.0",
                                              [{"name": "volume", "mountPath": "/v", "subPath": "not-existing"}]))
         # No container mounts it: the pull fails and nothing waits for it (the upstream
@@ -122,7 +134,16 @@ async def test_an_image_volume_that_cannot_be_pulled_holds_back_only_its_contain
 
         await wait_for(backing_off, 60, "the container mounting a missing image volume in ImagePullBackOff")
         assert f'Back-off pulling image "{missing}"' in _waiting(env, "used")["message"]
-        assert await env.running_containers("used") == []
+        async def only_other() -> bool:
+            running = await env.running_containers("used")
+            return [c.metadata.name for c in running if c.metadata] == ["other"]
+
+        await wait_for(only_other, 30, "the container not mounting the volume running, alone")
+        told = [e for e in env.agent.trace.chain(f"default/used-{env.node}") if e["kind"] == "ImageVolumePullFailed"]
+        assert {e["reason"] for e in told} >= {"ErrImagePull", "ImagePullBackOff"}, told
+        assert all(e["container"] == "main" for e in told), told
+        # The unmounted volume's failed pull is told too (the kubelet's puller events), on its pod.
+        assert any(e["kind"] == "ImageVolumePullFailed" for e in env.agent.trace.chain(f"default/unused-{env.node}"))
         # A subPath the image lacks: the runtime cannot mount it (the upstream "should fail if
         # subPath in volume is not existing": CreateContainerError).
         async def create_error() -> dict[str, str] | None:

@@ -44,6 +44,7 @@ from nodeagent.stages import (
     Result,
     Start,
 )
+from nodeagent.model import Container
 from nodeagent.mounttable import mounts_under
 from nodeagent.podfacts import RESIZE, RESTART_ALL_AT, RUNTIME_NOTES, STARTUP_PASSED, notes_of
 from nodeagent.stash import StashKey
@@ -81,7 +82,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         self._images = ImagePuller.new(node_keyring, pull_records)
         self._ledger = Ledger()
         self._sync = Syncer(node_name, self._ensure_sandbox, self._pod_ip_of, self._image_ref,
-                            Resizer(self._ledger))
+                            Resizer(self._ledger), self._image_volumes)
 
     # --- the node-level task: orphaned pod cgroups ---------------------------------------------
 
@@ -114,10 +115,9 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             refs[container.name] = ref
         ctx.stash[IMAGE_REFS] = refs
         # Image volumes before any container starts (the kubelet pulls them before its first
-        # container start, too); mounted by the runtime at each container's creation.
-        problem = await imagevolumes.ensure(ctx, self._images, secrets)
-        if problem is not None:
-            return problem
+        # container start, too); mounted by the runtime at each container's creation. One that
+        # failed holds back only its containers, which try again at their start.
+        await imagevolumes.ensure(ctx, self._images, secrets)
         await self._ensure_sandbox(ctx)
         return Result.ok()
 
@@ -195,6 +195,9 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     def _pod_ip_of(ctx: PodContext) -> str:
         """Where hooks reach the pod: the sandbox's IP; the node's for a host-network pod."""
         return ctx.stash.get(POD_IP, "") or (ctx.node.ip if ctx.pod.spec.host_network else "")
+
+    async def _image_volumes(self, ctx: PodContext, container: Container) -> Result | None:
+        return await imagevolumes.ensure_for(ctx, self._images, container)
 
     @staticmethod
     def _image_ref(ctx: PodContext, container: str) -> str:

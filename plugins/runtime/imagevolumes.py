@@ -9,12 +9,11 @@ path; containerd 2.1+ unpacks it into a snapshot under the sandbox, mounts it on
 image, binds it (or the subPath's directory, which must exist: ``ImageVolumeMountFailed``)
 into the container, and removes it with the sandbox. So nothing here is ever undone by us.
 
-A volume whose image cannot be had shows on the containers that mount it (their waiting
-reason is the pull's: ErrImagePull, ImagePullBackOff, ErrImageNeverPull) and keeps prepare
-retrying, so no container of the pod starts until it is there — stricter than the kubelet,
-whose toKubeContainerImageVolumes holds back only the containers that mount it (ours pulls
-images in prepare, before the sandbox, for containers too). A volume no container mounts is
-still pulled, as the kubelet does, and its failure keeps nothing from starting.
+As the kubelet's toKubeContainerImageVolumes: a volume whose image cannot be had holds back
+only the containers that mount it — each waits with the pull's reason (ErrImagePull,
+ImagePullBackOff, ErrImageNeverPull) and the pull is tried again, with its back-off, when
+the container's start comes round again (:func:`ensure_for`) — and a volume no container
+mounts is still pulled and keeps nothing from starting.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ from nodeagent.volumeutil.mounts import (
     sub_path_of,
 )
 from plugins.runtime.container import pod_facts
+from plugins.runtime.events import ImageVolumePullFailed
 from plugins.runtime.images import ImagePuller
 from plugins.runtime.pullsecrets import PullSecrets
 
@@ -50,12 +50,11 @@ def mounting(pod: Pod, volume: str) -> list[str]:
     return [c.name for c in containers if any(m.name == volume for m in c.volume_mounts)]
 
 
-async def ensure(ctx: PodContext, puller: ImagePuller, secrets: PullSecrets) -> Result | None:
+async def ensure(ctx: PodContext, puller: ImagePuller, secrets: PullSecrets) -> None:
     """Ensure every image volume's image (all of them, as the kubelet: one failing does not
-    stop the others from being pulled). Returns the first failure of a volume some container
-    mounts, as a RETRY; a failure of an unmounted volume is logged and ignored."""
+    stop the others). A failure shows on the containers that mount the volume; they try
+    again at their start (:func:`ensure_for`)."""
     refs: dict[str, str] = {}
-    problem: Result | None = None
     for volume in image_volumes(ctx.pod):
         source = volume.image
         assert source is not None
@@ -63,13 +62,39 @@ async def ensure(ctx: PodContext, puller: ImagePuller, secrets: PullSecrets) -> 
         ref, failed = await puller.ensure_image(ctx, source.reference, source.policy, users, secrets)
         if failed is None:
             refs[volume.name] = ref
-        elif not users:
-            ctx.log.info("image of an unmounted image volume not available", volume=volume.name,
-                         image=source.reference, reason=failed.reason)
-        elif problem is None:
-            problem = failed
+        else:
+            ctx.log.info("image of an image volume not available", volume=volume.name,
+                         image=source.reference, reason=failed.reason, mounted_by=users)
+            await _told(ctx, users[0] if users else "", failed)
     ctx.stash[IMAGE_VOLUME_REFS] = refs
-    return problem
+
+
+async def ensure_for(ctx: PodContext, puller: ImagePuller, container: Container) -> Result | None:
+    """Before ``container`` starts: the images of the volumes it mounts that are not ensured
+    yet, tried again (with the pull back-off). None when all are there, else the RETRY that
+    says why not (the container shows it as its waiting reason)."""
+    refs = ctx.stash.setdefault(IMAGE_VOLUME_REFS, {})
+    wanted = {m.name for m in container.volume_mounts}
+    secrets: PullSecrets | None = None
+    for volume in image_volumes(ctx.pod):
+        if volume.name not in wanted or volume.name in refs:
+            continue
+        source = volume.image
+        assert source is not None
+        secrets = secrets or PullSecrets(ctx)
+        ref, failed = await puller.ensure_image(ctx, source.reference, source.policy, (container.name,), secrets)
+        if failed is not None:
+            await _told(ctx, container.name, failed)
+            return failed
+        refs[volume.name] = ref
+    return None
+
+
+async def _told(ctx: PodContext, container: str, failed: Result) -> None:
+    """The kubelet's image puller events, on the pod (an image volume has no container)."""
+    if failed.reason in ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull"):
+        await ctx.publish(ImageVolumePullFailed(container=container, reason=failed.reason,  # type: ignore[arg-type]
+                                                message=failed.message))
 
 
 def mounts(ctx: PodContext, pod: Pod, container: Container,
@@ -110,4 +135,4 @@ def _env(ctx: PodContext, pod: Pod, container: Container) -> dict[str, str]:
         raise MountConfigError(str(exc)) from None
 
 
-__all__ = ["IMAGE_VOLUME_REFS", "ensure", "image_volumes", "mounting", "mounts"]
+__all__ = ["IMAGE_VOLUME_REFS", "ensure", "ensure_for", "image_volumes", "mounting", "mounts"]

@@ -23,7 +23,8 @@ from cri import types as t
 from nodeagent import labels as L
 from nodeagent.events import ContainerCreated
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
-from nodeagent.stages import PodContext
+from nodeagent.model import Container
+from nodeagent.stages import PodContext, Result
 from nodeagent.stash import StashKey
 from nodeagent.volumebind import VolumeBindError, bind_volume_mounts
 from nodeagent.kube.restartpolicy import unstarted_sidecars
@@ -98,6 +99,8 @@ class Syncer:
     pod_ip: Callable[[PodContext], str]
     image_ref: Callable[[PodContext, str], str]
     resizer: Resizer | None = None
+    image_volumes: Callable[[PodContext, Container], Awaitable[Result | None]] | None = None
+    """Ensures the images of the image volumes a container mounts, before it is created."""
 
     async def sync(self, ctx: PodContext) -> float:
         """One pass; returns how many seconds may pass before the next one is needed."""
@@ -215,6 +218,10 @@ class Syncer:
             ctx.request_relist()
             return ERROR_RETRY_SECONDS
         ref = self.image_ref(ctx, name)
+        if self.image_volumes is not None:
+            problem = await self.image_volumes(ctx, container)
+            if problem is not None:  # the container shows the pull's reason
+                return problem.retry_after if problem.retry_after is not None else ERROR_RETRY_SECONDS
         # The kubelet keeps one dead instance per container (lastState); older ones go.
         for c in ctx.observed.containers:
             if c.name == name and c.id != keep and c.exited:

@@ -4,18 +4,24 @@ PYTHON ?= python3
 
 # NODEAGENT_RUNTIME: the containerd devenv runs (`make test`, `make demo`, `make env`):
 # containerd2 (default; 2.x built from the Go module proxy) or containerd1.6 (Debian's).
-.PHONY: test deps env down status install demo
+.PHONY: test lint deps env down status install demo
 
 # The whole suite; the `containerd` fixture starts its own private containerd.
 # `deps` first, so that a fresh clone needs nothing before it.
 test: deps
 	$(PYTHON) -m pytest -q tests
 
+# ruff (pyproject's [tool.ruff]) on everything, mypy --strict on the core and the CRI client.
+lint:
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m mypy
+
 # What the suite needs, each step skipped when already done: the Debian packages, the
 # project with its test extra and the out-of-tree example stage (pip, only when one of
 # them is not installed), containerd 2.x, the control plane and the upstream e2e binaries
 # (built from the Go module proxy into ~/.cache/nodeagent: minutes cold, a second warm).
-DISTRIBUTIONS = nodeagent pytest grpcio-tools prometheus_client nodeagent-required-label nodeagent-node-env
+DISTRIBUTIONS = nodeagent pytest grpcio-tools prometheus_client hypothesis ruff mypy nodeagent-required-label \
+	nodeagent-node-env
 deps:
 	$(PYTHON) devenv/packages.py
 	@$(PYTHON) -c 'import importlib.metadata as m, sys; [m.distribution(d) for d in sys.argv[1:]]' \

@@ -1,127 +1,103 @@
-"""A stage under test, wired to a real containerd the way the agent wires it.
+"""An agent under test: the real :class:`nodeagent.agent.Agent`, on a CRI runtime, with a plugin.
 
-:func:`open_harness` builds what :class:`nodeagent.agent.Agent` builds for its pod workers — a
-CRI :class:`~cri.RuntimeClient`, a running :class:`~nodeagent.pleg.Relister`, a
-:class:`~nodeagent.status.StatusWriter`, an :class:`~nodeagent.admission.AdmissionCycle` and a
-:class:`~nodeagent.registry.Pipeline` resolved by :func:`nodeagent.registry.resolve` — around
-one plugin loaded through its entry point. It then gives tests a
-:class:`~nodeagent.worker.PodWorker` per pod, so that ``StageContext(worker, stage.name)`` is
-exactly the handle the stage gets in production, and drives phases the way the worker does.
+:func:`open_harness` runs what production runs — the agent's worker, admission cycle, relister,
+status writer and the registry's pipeline, built from the entry points — standalone, with static
+manifests in a temporary directory and ``rootDir``/``podLogsDir`` under it, against either the
+in-memory CRI runtime (:mod:`conformance.memruntime`: no root, no containerd) or a real
+containerd. The only additions are the recorder's (:mod:`conformance.recorder`): it sees every
+phase call and runtime call and can make a pod's kill arrive at a chosen place of its setup::
 
-Use it from your own tests::
-
-    async with open_harness(containerd.endpoint, tmp_path, "myplugin", {"key": "value"}) as h:
-        worker = h.worker(h.pod())
-        await h.setup(worker)
-        ...
-        await h.teardown(worker)
+    async with open_harness(memory_runtime, tmp_path, "myplugin", {"key": "value"}) as h:
+        await h.start_agent()
+        pod = h.pod()
+        await h.run(pod)                      # a manifest in staticPodPath; the agent picks it up
+        assert await h.settle(pod) == "Running"
+        await h.delete(pod)                   # the manifest goes; the agent tears the pod down
+        await h.wait_gone(pod)
+        assert await h.leaks(pod.uid) == []
 
 As a pytest plugin (``pytest_plugins = ["conformance.harness"]`` in your top-level conftest.py)
-this module also provides the session fixture ``containerd``: a private containerd with the
-busybox and pause images, the one nodeagent's own tests use. A ``containerd`` fixture of your
-own (anything with an ``endpoint`` attribute) takes precedence.
+this module provides the session fixture ``containerd`` (a private containerd with the busybox
+and pause images, the one nodeagent's own tests use; a ``containerd`` fixture of your own takes
+precedence) — needed only for the suite's containerd runs.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
+import time
+from logging import WARNING
+import os
 import shutil
+import subprocess
 import tempfile
+import warnings
 import uuid
-from collections.abc import (
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Iterator,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast, overload
+from unittest import mock
+from typing import Any, Literal, TypeVar, overload
 
 import anyio
+import anyio.abc
 import pytest
+import structlog
 
+from conformance.memruntime import MemoryRuntime
+from conformance.recorder import (
+    CANCEL_POINTS,
+    MUTATIONS,
+    SETUP_PHASES,
+    UNDO_PHASES,
+    CancelPoint,
+    Recorder,
+    TracingRuntime,
+)
 from cri import NotFound, RuntimeClient
 from cri import types as t
 from devenv.images import BUSYBOX_IMAGE
 from nodeagent import labels as L
-from nodeagent.admission import AdmissionCycle
-from nodeagent.agent import node_allocatable
-from nodeagent.clock import Clock, SystemClock
+from nodeagent.agent import Agent, Handle
 from nodeagent.config import AgentConfig
-from nodeagent.events import Event, PodRef
-from nodeagent.objects import FileObjects
+from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
-from nodeagent.pleg import Relister
-from nodeagent.registry import CONFIGURABLE, Pipeline, discover, resolve, validate_stage
-from nodeagent.stages import (
-    Admit,
-    Cleanup,
-    NodeInfo,
-    Observe,
-    Permit,
-    Phase,
-    PodContext,
-    Prepare,
-    Reserve,
-    Result,
-    Stage,
-    Start,
-    Verdict,
-    phases_of,
-)
-from nodeagent.status import StatusWriter
-from nodeagent.worker import PodWorker, Services, StageContext
+from nodeagent import registry
+from nodeagent.registry import DEFAULT_PROFILE, Pipeline
+from nodeagent.stages import Phase, Verdict, phases_of
 
 T = TypeVar("T")
 
 RUNTIME_TIMEOUT = 30.0
 """Seconds per CRI call: generous for a loaded CI machine, far below the agent's 2 min."""
-TEARDOWN_TIMEOUT = 30.0
-"""Seconds the whole teardown of one pod may take before the test fails."""
+SETTLE_TIMEOUT = 30.0
+"""Seconds a pod may take to reach a settled state (running, rejected, waiting, retrying)."""
+GONE_TIMEOUT = 30.0
+"""Seconds the agent may take to tear a deleted pod down and forget it."""
+RUNTIME_SETTLE_SECONDS = 2.0
+"""How long a forgotten pod's runtime objects may take to go (a cancelled call completing)."""
 GRACE_SECONDS = 2
 """The test pod's terminationGracePeriodSeconds (its container exits on SIGTERM at once)."""
-IN_FLIGHT_SECONDS = 0.005
-"""For the ``in-flight`` cancel point: long enough for a request to reach the runtime, shorter
-than a slow call (RunPodSandbox takes ~60 ms)."""
+CAUGHT_UP_SECONDS = 5.0
+"""How long :meth:`Harness.quiesce` waits for the agent's view to reach the runtime's."""
+IN_FLIGHT_HOLD_SECONDS = 2.0
+"""How long the memory runtime holds an ``in-flight`` call before acting (the kill comes sooner)."""
 
-CancelPoint = Literal["as-it-begins", "in-flight", "answer-lost"]
-"""Where in a runtime call :meth:`RuntimeCalls.cancel_during` cancels:
-
-- ``as-it-begins``: at the call's first await (the request may never be sent);
-- ``in-flight``: :data:`IN_FLIGHT_SECONDS` after it began (a fast call completes first and the
-  cancellation lands at the stage's next await);
-- ``answer-lost``: the call completes in the runtime, then the caller is cancelled before it sees
-  the answer (what a client-side timeout does to a sandbox the runtime did create).
-"""
-CANCEL_POINTS: tuple[CancelPoint, ...] = ("as-it-begins", "in-flight", "answer-lost")
-
-SETUP_PHASES: tuple[Phase, ...] = (Phase.ADMIT, Phase.RESERVE, Phase.PREPARE, Phase.PERMIT, Phase.START)
-UNDO_PHASES: tuple[Phase, ...] = (Phase.STOP, Phase.UNPREPARE, Phase.CLEANUP, Phase.UNRESERVE)
+RuntimeKind = Literal["memory", "containerd"]
 
 # A container that runs until SIGTERM and then exits at once, so stopping it costs no grace.
-_UNTIL_TERM = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
-
-
-@dataclass(frozen=True)
-class StageVerdict:
-    """One answer a stage gave in a setup phase, as the harness saw it."""
-
-    stage: str
-    phase: Phase
-    result: object
-    """What the stage returned; a :class:`~nodeagent.stages.Result` if it kept the contract."""
-
-    @property
-    def verdict(self) -> Verdict | None:
-        return self.result.verdict if isinstance(self.result, Result) else None
-
-    @property
-    def proceeds(self) -> bool:
-        return self.verdict in (Verdict.CONTINUE, Verdict.SKIP)
+UNTIL_TERM = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+SETTLED = frozenset({PodState.RUNNING, PodState.COMPLETED, PodState.REJECTED, PodState.WAITING,
+                     PodState.TERMINATED})
+# Methods whose requests name their pod (through an id, a filter or the config): the memory
+# runtime can hold exactly that pod's call.
+_UNSCOPED = frozenset({"ImageStatus", "ListImages", "PullImage", "RemoveImage", "ImageFsInfo", "Version", "Status",
+                       "RuntimeConfig"})
+_MOUNTINFO = Path("/proc/self/mountinfo")
 
 
 @dataclass(frozen=True)
@@ -141,219 +117,583 @@ class RuntimeObjects:
         ]
         return ", ".join(parts) or "nothing"
 
-
-class RuntimeCalls:
-    """The runtime client stages get in the harness: the real one, with every call recorded.
-
-    It can also cancel a cancel scope while the n-th call is in flight, which is how the
-    contract cancels a setup at each of its awaits on the runtime.
-    """
-
-    def __init__(self, inner: RuntimeClient) -> None:
-        self._inner = inner
-        self.calls: list[str] = []
-        self._cancel_at: int | None = None
-        self._scope: anyio.CancelScope | None = None
-        self._point: CancelPoint = "as-it-begins"
-
-    def cancel_during(self, index: int, scope: anyio.CancelScope, point: CancelPoint = "as-it-begins") -> None:
-        """Cancel ``scope`` at ``point`` of call number ``index`` (0-based, counted from now)."""
-        self.calls = []
-        self._cancel_at, self._scope, self._point = index, scope, point
-
-    def disarm(self) -> None:
-        self._cancel_at = self._scope = None
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if not inspect.iscoroutinefunction(attr):
-            return attr
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            index = len(self.calls)
-            self.calls.append(name)
-            scope, point = self._scope, self._point
-            if scope is None or index != self._cancel_at:
-                return await attr(*args, **kwargs)
-            self.disarm()
-            if point == "as-it-begins":
-                scope.cancel()
-            elif point == "in-flight":
-                scope.deadline = min(scope.deadline, anyio.current_time() + IN_FLIGHT_SECONDS)
-            else:
-                with anyio.CancelScope(shield=True):
-                    result = await attr(*args, **kwargs)
-                scope.cancel()
-                await anyio.lowlevel.checkpoint()  # raises here unless the stage shielded the call
-                return result
-            return await attr(*args, **kwargs)
-
-        return call
+    def ids(self) -> tuple[frozenset[str], frozenset[str]]:
+        return frozenset(s.id for s in self.sandboxes), frozenset(c.id for c in self.containers)
 
 
 @dataclass
-class _Handle:
-    """The AgentHandle a plugin factory gets (as nodeagent.agent.Handle, without the bus)."""
+class RuntimeUnderTest:
+    """The CRI runtime the agent talks to, and what the harness may do to it."""
 
-    runtime: RuntimeClient
-    clock: Clock
-    node: NodeInfo
-    config: AgentConfig
-    publish_to: Callable[[Event], Awaitable[None]]
-    objects: FileObjects = field(default_factory=FileObjects)
-    """The harness runs standalone: the (empty) manifest-backed object store."""
+    kind: RuntimeKind
+    endpoint: str
+    memory: MemoryRuntime | None = None
+    """The in-memory runtime itself (fault injection, call log, controls), when it is that one."""
+    cdi_dir: Path | None = None
+    """Where the runtime reads CDI specs (a runtime that resolves CDI itself: containerd 2.x);
+    None: a directory of the harness's own (the agent resolves them)."""
 
     @property
-    def settings(self) -> AgentConfig:
-        return self.config
+    def pod_cgroups(self) -> bool:
+        """cgroupsPerQOS for the agent: only on a real runtime and as root (the kubelet's
+        default there), never for the memory runtime (no cgroups to make)."""
+        return self.kind == "containerd" and os.geteuid() == 0
 
-    async def publish(self, event: Event) -> None:
-        await self.publish_to(event)
+    def holds_for_one_pod(self, method: str) -> bool:
+        """Whether :meth:`in_flight` holds ``method`` (a client method name) for one pod only; a
+        call that names no pod (ImageStatus) is held for whichever pod makes it first."""
+        from conformance.recorder import grpc_method
+
+        return self.memory is None or grpc_method(method) not in _UNSCOPED
+
+    def in_flight(self, method: str, uid: str) -> anyio.Event | None:
+        """Hold the pod's next ``method`` call in the runtime before it acts; an event set once
+        it is held. None when the runtime cannot (containerd): the kill then races the call."""
+        if self.memory is None:
+            return None
+        fault = self.memory.faults.delay(method, IN_FLIGHT_HOLD_SECONDS, times=1,
+                                         pod=None if method in _UNSCOPED else uid)
+        return fault.reached
+
+
+@asynccontextmanager
+async def memory_runtime(**options: Any) -> AsyncIterator[RuntimeUnderTest]:
+    """A fresh in-memory runtime (``options``: :class:`~conformance.memruntime.MemoryRuntime`'s)."""
+    async with MemoryRuntime(**options).serving() as rt:
+        yield RuntimeUnderTest("memory", rt.endpoint, rt)
+
+
+def containerd_runtime(containerd: Any) -> RuntimeUnderTest:
+    """The session's containerd (anything with an ``endpoint``; its ``cdi_spec_dir`` if it has one)."""
+    return RuntimeUnderTest("containerd", containerd.endpoint, cdi_dir=getattr(containerd, "cdi_spec_dir", None))
+
+
+class ContractAgent(Agent):
+    """The real agent; its stages' phase methods are recorded, and the runtime client they get
+    attributes each call (the relister keeps the agent's own client)."""
+
+    def __init__(self, config: AgentConfig, recorder: Recorder, runtime: RuntimeUnderTest) -> None:
+        super().__init__(config, verbose=False)
+        self.recorder = recorder
+        self.tracing = TracingRuntime(self.runtime, recorder, runtime.in_flight)
+        self.runtime = self.tracing  # type: ignore[assignment]
+
+    def load_pipeline(self) -> Pipeline:
+        # The same entry points, read once per session: a discovery scans every installed
+        # distribution (~40 ms here), and the suite starts an agent per test.
+        with mock.patch.object(registry, "discover", _discover):
+            pipeline = super().load_pipeline()
+        self.recorder.install(pipeline)
+        return pipeline
+
+
+def agent_handle(agent: Agent) -> Handle:
+    """The AgentHandle ``agent`` gives its plugin factories (built the way it builds it)."""
+    fields = {"runtime": agent.runtime, "clock": agent.clock, "node": agent.node, "config": agent.config,
+              "bus": agent.bus, "objects": agent.objects}
+    names = inspect.signature(Handle).parameters
+    return Handle(**{k: v for k, v in fields.items() if k in names})
+
+
+_real_discover = registry.discover
+
+
+@functools.cache
+def _entry_points() -> Mapping[str, EntryPoint]:
+    return _real_discover()
+
+
+def _discover(group: str = registry.GROUP) -> dict[str, EntryPoint]:
+    return dict(_entry_points()) if group == registry.GROUP else _real_discover(group)
+
+
+def contract_profile(plugin: str, joined: Sequence[Phase]) -> dict[str, list[str]]:
+    """The default profile with ``plugin`` in every phase it joins (where it is not already):
+    last in admit, reserve, permit, start and observe; before ``runtime`` in prepare (so that what
+    it adds reaches the containers); first to clean up (cleanup runs in reverse, so listed last)."""
+    profile = {phase: list(names) for phase, names in DEFAULT_PROFILE.items()}
+    for phase in joined:
+        if phase.value not in profile:
+            continue
+        names = profile[phase.value]
+        if plugin in names:
+            continue
+        if phase is Phase.PREPARE and "runtime" in names:
+            names.insert(names.index("runtime"), plugin)
+        else:
+            names.append(plugin)
+    return profile
 
 
 @dataclass
 class Harness:
-    """One plugin under test and the agent's services around it (see :func:`open_harness`)."""
+    """One plugin under test in a real agent (see :func:`open_harness`)."""
 
     plugin: str
     plugin_config: Mapping[str, Any]
+    runtime: RuntimeUnderTest
+    base: Path
     config: AgentConfig
-    node: NodeInfo
-    runtime: RuntimeClient
-    """The real client, for the test's own assertions (stages get :attr:`calls`)."""
-    calls: RuntimeCalls
-    handle: _Handle
-    stage: Stage
-    """The plugin under test, created by its entry point's factory and validated."""
-    pipeline: Pipeline
-    relister: Relister
-    status: StatusWriter
-    admission: AdmissionCycle
-    services: Services
-    events: list[Event] = field(default_factory=list)
-    """Every fact published through the harness, in order."""
-    verdicts: list[StageVerdict] = field(default_factory=list)
-    """Every answer a stage gave in :meth:`setup`, in order (kept when setup was cancelled)."""
+    recorder: Recorder
+    client: RuntimeClient
+    """The test's own client, for its assertions (the agent has its own)."""
+    task_group: anyio.abc.TaskGroup
+    agent: ContractAgent | None = None
+    agents: list[ContractAgent] = field(default_factory=list)
+    """Every agent started, in order (the last is :attr:`agent`)."""
     uids: list[str] = field(default_factory=list)
-    """Every pod UID the harness made or saw; their runtime objects are removed on exit."""
+    """Every pod UID the harness made; their runtime objects are removed on exit."""
+    names: dict[str, str] = field(default_factory=dict)
+    """Pod UID → its manifest's name (the agent's is ``<name>-<node>``)."""
+    _stop: Callable[[], Awaitable[None]] | None = None
+    _scanning: anyio.Lock = field(default_factory=anyio.Lock)
 
-    # --- building -------------------------------------------------------------------------
+    @property
+    def node(self) -> str:
+        return self.config.node_name
 
-    def new_stage(self) -> Stage:
-        """A fresh instance from the factory, as after an agent restart; the pipeline uses it."""
-        self.stage = _instantiate(self.plugin, self.plugin_config, self.handle)
-        self.pipeline = _pipeline(self.stage)
-        self.admission = AdmissionCycle(self.pipeline, self.node)
-        self.services.pipeline = self.pipeline
-        self.services.admission = self.admission
-        return self.stage
+    @property
+    def manifests(self) -> Path:
+        assert self.config.static_pod_path is not None
+        return self.config.static_pod_path
+
+    # --- pods ---------------------------------------------------------------------------------
 
     def pod(self, name: str | None = None, *, labels: Mapping[str, str] | None = None,
-            containers: Sequence[Mapping[str, Any]] | None = None) -> Pod:
-        """A busybox pod with a fresh UID whose container runs until it is stopped."""
+            annotations: Mapping[str, str] | None = None, containers: Sequence[Mapping[str, Any]] | None = None,
+            **spec: Any) -> Pod:
+        """A busybox pod with a fresh UID whose container runs until it is stopped (SIGTERM ends
+        it at once). ``spec``: further pod spec fields, by their API names."""
         uid = str(uuid.uuid4())
         self.uids.append(uid)
         return Pod.model_validate({
             "metadata": {"name": name or f"contract-{uid[:8]}", "namespace": "conformance", "uid": uid,
-                         "labels": dict(labels or {})},
+                         "labels": dict(labels or {}), "annotations": dict(annotations or {})},
             "spec": {
-                "containers": list(containers or [{"name": "main", "image": BUSYBOX_IMAGE, "command": _UNTIL_TERM}]),
+                "containers": list(containers or [{"name": "main", "image": BUSYBOX_IMAGE, "command": UNTIL_TERM}]),
                 "terminationGracePeriodSeconds": GRACE_SECONDS,
-                "nodeName": self.node.name,
+                **spec,
             },
         })
 
-    def worker(self, pod: Pod) -> PodWorker:
-        """A pod worker that is never run: it holds the pod, its stash and its status record."""
-        if pod.uid not in self.uids:
-            self.uids.append(pod.uid)
-        ref = PodRef(uid=pod.uid, namespace=pod.metadata.namespace, name=pod.metadata.name)
-        return PodWorker(ref, pod, self.services, cause=None)
+    def write(self, filename: str, *documents: Mapping[str, Any]) -> None:
+        """Put a manifest file into staticPodPath (atomically: the source never reads half)."""
+        tmp = self.manifests / f".{filename}.tmp"
+        tmp.write_text("\n---\n".join(json.dumps(d) for d in documents))
+        tmp.rename(self.manifests / filename)
 
-    def context(self, worker: PodWorker, stage: Stage | None = None) -> PodContext:
-        """The handle ``stage`` (default: the plugin under test) gets for ``worker``'s pod."""
-        # StageContext is the agent's PodContext; the cast is for mypy, which does not accept
-        # read-only properties (pod, ref) for the Protocol's plain attributes.
-        return cast(PodContext, StageContext(worker, (stage or self.stage).name))
+    async def run(self, *pods: Pod) -> None:
+        """Hand ``pods`` to the agent as static manifests (their UIDs are kept)."""
+        for pod in pods:
+            if pod.uid not in self.uids:
+                self.uids.append(pod.uid)
+            self.names[pod.uid] = pod.metadata.name
+            # Without the defaults (parsing puts them back): the static source parses manifests
+            # with PyYAML in the event loop, and a full dump costs it several times as much.
+            document = {"apiVersion": "v1", "kind": "Pod",
+                        **pod.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)}
+            document.pop("status", None)
+            self.write(f"{pod.uid}.json", document)
+        await self.rescan()
 
-    # --- driving phases as the worker does -----------------------------------------------
+    async def delete(self, *pods: Pod) -> None:
+        """Remove the pods' manifests: the agent kills and tears them down."""
+        for pod in pods:
+            (self.manifests / f"{pod.uid}.json").unlink(missing_ok=True)
+        await self.rescan()
 
-    async def setup(self, worker: PodWorker, phases: Sequence[Phase] = SETUP_PHASES) -> StageVerdict | None:
-        """Run ``phases`` in order, every stage of each in profile order, once (no retries).
+    async def rescan(self) -> None:
+        """Let the static source look at the directory now instead of at its next poll."""
+        if self.agent is None:
+            return
+        async with self._scanning:
+            for source in self.agent.sources:
+                scan = getattr(source, "scan", None)
+                if scan is not None:
+                    await scan()
 
-        Returns the first answer other than CONTINUE/SKIP (setup stops there), or None when every
-        stage proceeded. Every answer is appended to :attr:`verdicts`. Exceptions propagate.
-        """
-        pod = worker.pod
-        for phase in phases:
-            if phase is Phase.PREPARE:
-                worker.pod_dir.mkdir(parents=True, exist_ok=True)  # the worker's promise to prepare
-            for stage in self.pipeline[phase]:
-                if phase is Phase.ADMIT:
-                    result: object = await cast(Admit, stage).admit(pod, self.admission.view_for(pod.uid))
-                elif phase is Phase.RESERVE:
-                    result = await cast(Reserve, stage).reserve(pod, self.admission.view_for(pod.uid))
-                elif phase is Phase.PREPARE:
-                    result = await cast(Prepare, stage).prepare(self.context(worker, stage))
-                elif phase is Phase.PERMIT:
-                    result = await cast(Permit, stage).permit(self.context(worker, stage))
-                elif phase is Phase.START:
-                    result = await cast(Start, stage).start(self.context(worker, stage))
-                else:
-                    raise ValueError(f"{phase.value} is not a setup phase")
-                answer = StageVerdict(stage.name, phase, result)
-                self.verdicts.append(answer)
-                if not answer.proceeds:
-                    return answer
-        return None
+    # --- the agent ----------------------------------------------------------------------------
 
-    async def observe(self, worker: PodWorker, seconds: float) -> None:
-        """Run the observe stages concurrently for ``seconds``, then cancel them (as a kill does).
+    async def start_agent(self) -> ContractAgent:
+        """Start a new agent on the same configuration, runtime and rootDir (a restart, when one
+        ran before: stop it first)."""
+        assert self.agent is None, "stop the running agent first"
+        agent = ContractAgent(self.config, self.recorder, self.runtime)
+        done = anyio.Event()
+        scope = anyio.CancelScope()
 
-        Fails when an observer raises, or when one does not stop within 5 s of the cancellation.
-        """
-        async def watch(stage: Observe) -> None:
-            await stage.observe(self.context(worker, stage))
+        async def run(*, task_status: anyio.abc.TaskStatus[Agent] = anyio.TASK_STATUS_IGNORED) -> None:
+            try:
+                with scope:
+                    await agent.run(task_status=task_status)
+            finally:
+                done.set()
 
-        with anyio.fail_after(seconds + 5.0):
-            async with anyio.create_task_group() as tg:
-                for stage in self.pipeline[Phase.OBSERVE]:
-                    tg.start_soon(watch, cast(Observe, stage))
-                await anyio.sleep(seconds)
-                tg.cancel_scope.cancel()
+        await self.task_group.start(run)
 
-    async def teardown(self, worker: PodWorker, *, times: int = 1, grace: float | None = None) -> None:
-        """stop → unprepare → cleanup → unreserve, each stage ``times`` times in a row, shielded
-        from cancellation and bounded by :data:`TEARDOWN_TIMEOUT` (then the test fails)."""
-        grace = float(worker.pod.spec.termination_grace_period_seconds) if grace is None else grace
-        with anyio.CancelScope(shield=True), anyio.fail_after(TEARDOWN_TIMEOUT):
-            for phase in UNDO_PHASES:
-                for stage in self.pipeline[phase]:
-                    for _ in range(times):
-                        await self.undo(worker, stage, phase, grace)
+        async def stop() -> None:
+            scope.cancel()
+            with anyio.fail_after(30):
+                await done.wait()
 
-    async def undo(self, worker: PodWorker, stage: Stage, phase: Phase, grace: float = GRACE_SECONDS) -> None:
-        if phase is Phase.STOP:
-            await cast(Start, stage).stop(self.context(worker, stage), grace)
-        elif phase is Phase.UNPREPARE:
-            await cast(Prepare, stage).unprepare(self.context(worker, stage))
-        elif phase is Phase.CLEANUP:
-            await cast(Cleanup, stage).cleanup(self.context(worker, stage))
-        elif phase is Phase.UNRESERVE:
-            await cast(Reserve, stage).unreserve(worker.pod)
-        else:
-            raise ValueError(f"{phase.value} is not an undo phase")
+        self._stop = stop
+        self.agent = agent
+        self.agents.append(agent)
+        return agent
 
-    # --- what the runtime holds ---------------------------------------------------------
+    async def stop_agent(self) -> None:
+        """Stop the agent as ``nodeagent run`` stops on SIGTERM: its pods keep running."""
+        if self._stop is not None:
+            await self._stop()
+        self.agent, self._stop = None, None
+
+    async def tear_down_all(self, timeout: float = GONE_TIMEOUT) -> None:
+        """Remove every manifest and give the running agent ``timeout`` seconds to tear the pods
+        down (what a failed test left running)."""
+        if self.agent is None or self.agent.dispatcher is None:
+            return
+        for path in self.manifests.iterdir():
+            path.unlink(missing_ok=True)
+        await self.rescan()
+        with anyio.move_on_after(timeout):
+            while self.agent.dispatcher.workers:
+                await anyio.sleep(0.05)
+
+    def state(self, pod: Pod | str) -> PodState | None:
+        """The pod's lifecycle state in the running agent (None: the agent has no worker for it)."""
+        uid = pod if isinstance(pod, str) else pod.uid
+        agent = self.agent
+        if agent is None or agent.dispatcher is None:
+            return None
+        worker = agent.dispatcher.workers.get(uid)
+        return worker.state if worker is not None else None
+
+    def retrying(self, uid: str) -> bool:
+        """The pod's latest setup answer was RETRY (the worker backs off and asks again)."""
+        answers = [p for p in self.recorder.of(uid) if p.phase in SETUP_PHASES and p.ended is not None
+                   and p.repeat == 0 and (p.result is not None or p.error is not None)]
+        if not answers:
+            return False
+        last = answers[-1]
+        return last.verdict is Verdict.RETRY or last.error is not None
+
+    async def settle(self, pod: Pod, timeout: float = SETTLE_TIMEOUT, *, want: str | None = None) -> str:
+        """Until the pod is running, completed, rejected, waiting at permit or retrying setup;
+        returns which (the state's name, or ``Retrying``). ``want``: until it is that one."""
+        def settled() -> str | None:
+            state = self.state(pod)
+            found = None
+            if state in SETTLED:
+                found = state.value
+            elif state in (PodState.PREPARING, PodState.STARTING) and self.retrying(pod.uid):
+                found = "Retrying"
+            return found if want is None or found == want else None
+
+        return await eventually(settled, f"pod {pod.metadata.name} ({pod.uid}) to settle", timeout, interval=0.02)
+
+    async def quiesce(self, *pods: Pod, quiet: float = 0.2, timeout: float = SETTLE_TIMEOUT) -> None:
+        """Until each running pod's status shows all its containers running (a settled pod may
+        still be starting the containers after its first, once the relister saw the init
+        containers finish), then until the runtime objects of ``pods`` stop changing for
+        ``quiet`` seconds."""
+        def all_running(pod: Pod) -> bool:
+            if self.state(pod) is not PodState.RUNNING or self.agent is None:
+                return True
+            statuses = {cs.get("name"): cs for cs in self.agent.status.get(pod.uid).get("containerStatuses", [])}
+            return all("running" in (statuses.get(c.name) or {}).get("state", {}) for c in pod.spec.containers)
+
+        with anyio.move_on_after(timeout):  # a container that cannot run is left to the quiet period
+            while not all(all_running(pod) for pod in pods):
+                await anyio.sleep(0.02)
+        async def snapshot() -> list[tuple[str, str]]:
+            found = []
+            for pod in pods:
+                objects = await self.runtime_objects(pod.uid)
+                found += [(s.id, s.state.name) for s in objects.sandboxes]
+                found += [(c.id, c.state.name) for c in objects.containers]
+            return sorted(found)
+
+        with anyio.fail_after(timeout):
+            last, since = await snapshot(), anyio.current_time()
+            while anyio.current_time() - since < quiet:
+                await anyio.sleep(quiet / 4)
+                now = await snapshot()
+                if now != last:
+                    last, since = now, anyio.current_time()
+            with anyio.move_on_after(CAUGHT_UP_SECONDS):  # a profile without the status stage never catches up
+                await self._caught_up(pods)
+
+    async def _caught_up(self, pods: Sequence[Pod]) -> None:
+        """Until the agent's view is as new as the runtime: a listing made after now, a status
+        computed from the newest change it showed, and a pod that status says is done completed."""
+        agent = self.agent
+        if agent is None:
+            return
+        asked = time.time()
+        agent.relister.request_relist()
+        while any(agent.relister.pod(p.uid).seen_at <= asked for p in pods if self.state(p) is not None
+                  and (agent.relister.pod(p.uid).sandboxes or agent.relister.pod(p.uid).containers)):
+            await anyio.sleep(0.02)
+        for pod in pods:
+            if self.state(pod) is not PodState.RUNNING:
+                continue
+            while agent.status.observed_at(pod.uid) <= agent.relister.pod(pod.uid).changed_at:
+                await anyio.sleep(0.02)
+            while (agent.status.get(pod.uid).get("phase") in ("Succeeded", "Failed")
+                   and self.state(pod) is PodState.RUNNING):
+                await anyio.sleep(0.02)
+
+    async def wait_gone(self, pod: Pod | str, timeout: float = GONE_TIMEOUT) -> None:
+        """Until the agent tore the pod down and forgot it (no worker, no status record); then a
+        moment more for the runtime to finish what it was asked (a call whose caller was
+        cancelled may still complete there). What is left is for :meth:`leaks` to say."""
+        uid = pod if isinstance(pod, str) else pod.uid
+
+        def forgotten() -> bool:
+            agent = self.agent
+            if agent is None or agent.dispatcher is None:
+                return True
+            return uid not in agent.dispatcher.workers and uid not in agent.status.all()
+
+        with anyio.move_on_after(timeout):
+            while not forgotten():
+                await anyio.sleep(0.05)
+        if not forgotten():
+            calls = [c.describe() for c in self.recorder.of(uid)][-5:]
+            pytest.fail(f"waited {timeout}s for pod {uid} to be torn down and forgotten: it is "
+                        f"{self.state(uid)}; its last phase calls: {calls}; the runtime holds "
+                        f"{(await self.runtime_objects(uid)).describe()}", pytrace=False)
+        with anyio.move_on_after(RUNTIME_SETTLE_SECONDS):
+            while await self.runtime_objects(uid):
+                await anyio.sleep(0.05)
+
+    # --- what is left ---------------------------------------------------------------------------
 
     async def runtime_objects(self, uid: str) -> RuntimeObjects:
-        return await objects_with(self.runtime, {L.POD_UID: uid})
+        return await objects_with(self.client, {L.POD_UID: uid})
 
     async def remove_runtime_objects(self, uid: str) -> RuntimeObjects:
         """Remove by force whatever the runtime holds for ``uid``; returns what it found."""
         found = await self.runtime_objects(uid)
-        await remove_objects(self.runtime, found)
+        await remove_objects(self.client, found)
         return found
+
+    async def leaks(self, uid: str, extra: Callable[[Harness, str], list[str]] | None = None) -> list[str]:
+        """What is left of pod ``uid`` once it went: runtime objects, mounts and files under its
+        pod directory, its log directory and log links, DRA checkpoint entries, an admission
+        reservation, container additions its stages did not withdraw, and the agent's own
+        records (worker, status, relister cache) — each as a sentence."""
+        found: list[str] = []
+        objects = await self.runtime_objects(uid)
+        if objects:
+            found.append(f"the runtime still holds {objects.describe()}")
+        pod_dir = self.config.root_dir / "pods" / uid
+        # A mount point is a directory: with no pod directory there is none under it (and this
+        # machine's mount table is long to read).
+        mounts = mounts_under(pod_dir) if pod_dir.exists() else []
+        if mounts:
+            found.append(f"mounts under the pod directory: {[str(m) for m in mounts]}")
+        if pod_dir.exists():
+            left = sorted(str(p.relative_to(pod_dir)) for p in pod_dir.rglob("*"))[:10]
+            found.append(f"the pod directory {pod_dir} still exists (holding {left})")
+        logs = [p for p in self.config.pod_logs_dir.glob(f"*_{uid}")] if self.config.pod_logs_dir.exists() else []
+        if logs:
+            found.append(f"pod log directories {[str(p) for p in logs]}")
+        links_dir = self.config.container_logs_symlink_dir
+        names = self._pod_names(uid)
+        links = sorted(p.name for p in links_dir.iterdir()
+                       if any(p.name.startswith(f"{n}_") for n in names)) if links_dir.exists() and names else []
+        if links:
+            found.append(f"container log links {links}")
+        found += _dra_entries(self.config.dra_checkpoint_path, uid)
+        agent = self.agent
+        if agent is not None and agent.services is not None:
+            if any(p.uid == uid for p in agent.services.admission.admitted):
+                found.append("the admission cycle still counts the pod as admitted (its reservation)")
+        additions = self.recorder.additions.get(uid)
+        if additions:
+            found.append(f"container additions left after unprepare: {additions}")
+        if agent is not None and agent.dispatcher is not None:
+            if uid in agent.dispatcher.workers:
+                found.append(f"a pod worker (state {agent.dispatcher.workers[uid].state.value})")
+            if uid in agent.status.all():
+                found.append("a status record")
+            def cached() -> bool:
+                view = agent.relister.pod(uid)
+                return bool(view.sandboxes or view.containers)
+
+            if cached():
+                agent.relister.request_relist()
+                with anyio.move_on_after(RUNTIME_SETTLE_SECONDS):
+                    while cached():
+                        await anyio.sleep(0.05)
+                if cached():
+                    found.append("the relister's cache still has it (the runtime does too, or a relist is stuck)")
+        if extra is not None:
+            found += extra(self, uid)
+        return found
+
+    def _pod_names(self, uid: str) -> list[str]:
+        """The name the agent gave the pod: the static source's ``<name>-<node>``."""
+        name = self.names.get(uid)
+        return [f"{name}-{self.node}"] if name else []
+
+    # --- the runtime, as a previous agent left it -------------------------------------------------
+
+    async def plant_orphan(self) -> str:
+        """A sandbox with a running container labelled for this node, and the pod's directories,
+        as an agent that died would have left them for a pod no source wants any more: the next
+        agent's replay finds it and tears it down — undo without setup. Returns its UID."""
+        uid = str(uuid.uuid4())
+        self.uids.append(uid)
+        name, namespace = f"orphan-{uid[:8]}-{self.node}", "conformance"
+        labels = {L.POD_UID: uid, L.POD_NAME: name, L.POD_NAMESPACE: namespace, L.MANAGED_BY: self.node}
+        log_dir = self.config.pod_logs_dir / f"{namespace}_{name}_{uid}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (self.config.root_dir / "pods" / uid / "volumes").mkdir(parents=True, exist_ok=True)
+        sandbox = t.PodSandboxConfig(
+            metadata=t.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=0),
+            hostname=name[:63], log_directory=str(log_dir), labels=labels,
+            annotations={L.CONFIG_SOURCE: "file"})
+        sandbox_id = await self.client.run_pod_sandbox(sandbox)
+        container = t.ContainerConfig(
+            metadata=t.ContainerMetadata(name="main", attempt=0), image=t.ImageSpec(image=BUSYBOX_IMAGE),
+            command=UNTIL_TERM, log_path="main/0.log", labels={**labels, L.CONTAINER_NAME: "main"},
+            annotations={L.CONTAINER_RESTART_COUNT: "0", L.POD_TERMINATION_GRACE_PERIOD: str(GRACE_SECONDS),
+                         L.CONTAINER_TYPE: "container"})
+        container_id = await self.client.create_container(sandbox_id, container, sandbox)
+        await self.client.start_container(container_id)
+        self.names[uid] = name.removesuffix(f"-{self.node}")
+        return uid
+
+
+def mounts_under(directory: Path, table: Path = _MOUNTINFO) -> list[Path]:
+    """Mount points at or below ``directory`` (from the mount table, as the kernel sees it)."""
+    root = str(directory)
+    try:
+        lines = table.read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 5:
+            continue
+        point = fields[4].encode().decode("unicode_escape")
+        if point == root or point.startswith(root.rstrip("/") + "/"):
+            found.append(Path(point))
+    return found
+
+
+def _dra_entries(path: Path, uid: str) -> list[str]:
+    if not path.exists():
+        return []
+    from plugins.dra.state import CheckpointError, ClaimCache  # the checkpoint's reader, not its format
+
+    cache = ClaimCache(path)
+    try:
+        cache.load()
+    except CheckpointError as exc:
+        return [f"the DRA checkpoint {path} cannot be read: {exc}"]
+    return [f"DRA checkpoint entry for claim {e.key} ({e.uid}) still names the pod"
+            for e in cache.entries.values() if uid in e.pod_uids]
+
+
+@asynccontextmanager
+async def open_harness(runtime: RuntimeUnderTest | str, directory: Path, plugin: str,
+                       plugin_config: Mapping[str, Any] | None = None, *,
+                       settings: Mapping[str, Any] | None = None, profile: Mapping[str, Sequence[str]] | None = None,
+                       undo_twice: bool = True, quiet: bool = True) -> AsyncIterator[Harness]:
+    """A harness for ``plugin`` (its entry-point name) on ``runtime`` (or a CRI endpoint).
+
+    ``directory`` is the pytest tmp_path; the agent's staticPodPath, rootDir, podLogsDir and
+    plugin sockets go under a short directory of their own (unix socket paths must stay under
+    108 bytes). ``settings`` are further agent configuration fields (their Python names);
+    ``profile`` replaces :func:`contract_profile`'s. The node name is unique, so objects of this
+    harness never mix with another's. On exit the agent is stopped and whatever the runtime still
+    holds for the harness's pods is removed (after the test had its chance to see it).
+    ``quiet``: the agent logs warnings and errors only, while the harness is open.
+    """
+    del directory  # pytest's tmp_path is too long for sockets; it stays for the test's own files
+    under = runtime if isinstance(runtime, RuntimeUnderTest) else RuntimeUnderTest("containerd", runtime)
+    base = Path(tempfile.mkdtemp(prefix="contract-", dir="/tmp"))
+    node_name = f"contract-{uuid.uuid4().hex[:10]}"
+    plugin_config = dict(plugin_config or {})
+    values: dict[str, Any] = {
+        "node_name": node_name,
+        "static_pod_path": base / "manifests",
+        "container_runtime_endpoint": under.endpoint,
+        "runtime_request_timeout": RUNTIME_TIMEOUT,
+        "root_dir": base / "root",
+        "pod_logs_dir": base / "logs",
+        "container_logs_symlink_dir": base / "containers",
+        "plugins_registry_dir": base / "registry",
+        "cdi_spec_dirs": [under.cdi_dir or base / "cdi"],
+        "healthz_port": 0,
+        "cgroups_per_qos": under.pod_cgroups,
+        "profile": dict(profile or {}),
+        "plugins": {plugin: plugin_config},
+    }
+    extra = dict(settings or {})
+    values["plugins"] = {**extra.pop("plugins", {}), plugin: plugin_config}
+    values.update(extra)
+    if profile is None:
+        values["profile"] = contract_profile(plugin, _joined(plugin, plugin_config, AgentConfig(
+            **{k: v for k, v in values.items() if k not in ("profile", "plugins")})))
+    config = AgentConfig(**values)
+    assert config.static_pod_path is not None
+    config.static_pod_path.mkdir(parents=True)
+    logging = structlog.get_config()
+    if quiet:
+        # Rendering every debug and info line of a busy agent costs more CPU than the pods do;
+        # warnings and errors still show (in the test's captured output).
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(WARNING))
+    try:
+        async with RuntimeClient(under.endpoint, timeout=RUNTIME_TIMEOUT) as client:
+            async with anyio.create_task_group() as tg:
+                harness = Harness(plugin, plugin_config, under, base, config, Recorder(plugin, undo_twice=undo_twice),
+                                  client, tg)
+                try:
+                    yield harness
+                finally:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(60):
+                        await harness.tear_down_all()  # the agent undoes what it did (binds, mounts)
+                        await harness.stop_agent()
+                        for uid in harness.uids:
+                            await harness.remove_runtime_objects(uid)
+                    tg.cancel_scope.cancel()
+    finally:
+        structlog.configure(**logging)
+        remove_tree(base)
+
+
+def remove_tree(base: Path) -> None:
+    """Remove the harness's directory — never through a mount point. A bind mount the agent left
+    under a pod directory (a hostPath volume of /tmp) would make a plain rmtree delete the host's
+    own files through it. Mounts under ``base`` are detached first (they can only be this
+    harness's agents' own); if any stays, the directory is kept and said so."""
+    for point in sorted(mounts_under(base), key=lambda p: len(p.parts)):
+        if mounts_under(point):  # not detached yet with a parent
+            subprocess.run(["umount", "-l", str(point)], check=False, capture_output=True)
+    left = mounts_under(base)
+    if left:
+        warnings.warn(f"{base} kept: still mounted under it: {[str(p) for p in left[:5]]}", stacklevel=2)
+        return
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _joined(plugin: str, config: Mapping[str, Any], settings: AgentConfig) -> list[Phase]:
+    """The phases ``plugin`` joins: from its factory's ``stage_class``, else from an instance
+    (a factory does no I/O: building one costs nothing but the handle)."""
+    eps = _discover()
+    if plugin not in eps:
+        raise LookupError(f"no plugin {plugin!r} in entry-point group nodeagent.plugins (installed: {sorted(eps)}); "
+                          "is its package installed (pip install -e .)?")
+    factory = eps[plugin].load()
+    cls = getattr(factory, "stage_class", None)
+    if not isinstance(cls, type):
+        cls = type(factory(dict(config), agent_handle(Agent(settings, verbose=False))))
+    return sorted(phases_of(cls), key=lambda p: list(Phase).index(p))
 
 
 @overload
@@ -400,84 +740,6 @@ async def remove_objects(runtime: RuntimeClient, found: RuntimeObjects) -> None:
             pass
 
 
-def _instantiate(plugin: str, config: Mapping[str, Any], handle: _Handle) -> Stage:
-    eps = discover()
-    if plugin not in eps:
-        raise LookupError(
-            f"no plugin {plugin!r} in entry-point group nodeagent.plugins (installed: {sorted(eps)}); "
-            "is its package installed (pip install -e .)?"
-        )
-    factory = eps[plugin].load()
-    return validate_stage(plugin, factory(dict(config), handle))
-
-
-def _pipeline(stage: Stage) -> Pipeline:
-    """The plugin alone, in every configurable phase it joins (undo phases follow)."""
-    joined = {p.value for p in phases_of(stage)}
-    profile = {phase: [stage.name] for phase in CONFIGURABLE if phase in joined}
-    return resolve(profile, {stage.name: stage})
-
-
-@asynccontextmanager
-async def open_harness(endpoint: str, directory: Path, plugin: str,
-                       plugin_config: Mapping[str, Any] | None = None) -> AsyncIterator[Harness]:
-    """A harness for ``plugin`` (its entry-point name) on the runtime at ``endpoint``.
-
-    ``directory`` holds the agent's root and pod-log directories. The node name is unique, so
-    runtime objects of this harness never mix with another's. On exit, whatever the runtime
-    still holds for the harness's pods is removed (after the test has had its chance to see it).
-    """
-    plugin_config = dict(plugin_config or {})
-    node_name = f"contract-{uuid.uuid4().hex[:10]}"
-    config = AgentConfig(
-        node_name=node_name,
-        container_runtime_endpoint=endpoint,
-        runtime_request_timeout=RUNTIME_TIMEOUT,
-        root_dir=directory / "root",
-        pod_logs_dir=directory / "logs",
-        container_logs_symlink_dir=directory / "containers",
-        healthz_port=0,
-        profile={},
-        plugins={plugin: plugin_config},
-    )
-    node = NodeInfo(name=node_name, ip=config.node_ip, allocatable=node_allocatable(config),
-                    labels={"kubernetes.io/hostname": node_name, "kubernetes.io/os": "linux"})
-    runtime = RuntimeClient(endpoint, timeout=RUNTIME_TIMEOUT)
-    await runtime.connect()
-    try:
-        events: list[Event] = []
-
-        async def publish(event: Event) -> None:
-            events.append(event)
-
-        clock = SystemClock()
-        handle = _Handle(runtime, clock, node, config, publish)
-        stage = _instantiate(plugin, plugin_config, handle)
-        pipeline = _pipeline(stage)
-        calls = RuntimeCalls(runtime)
-        relister = Relister(runtime, node_name, publish)
-        status = StatusWriter([], host_ip=config.node_ip)
-        admission = AdmissionCycle(pipeline, node)
-        services = Services(
-            runtime=cast(RuntimeClient, calls), clock=clock, node=node, settings=config, relister=relister,
-            status=status, publish=publish, admission=admission, pipeline=pipeline, root_dir=config.root_dir,
-        )
-        harness = Harness(plugin, plugin_config, config, node, runtime, calls, handle, stage, pipeline,
-                          relister, status, admission, services, events)
-        async with anyio.create_task_group() as tg:
-            await tg.start(relister.run)
-            try:
-                yield harness
-            finally:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(TEARDOWN_TIMEOUT):
-                    for uid in harness.uids:
-                        await harness.remove_runtime_objects(uid)
-                tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await runtime.close()
-
-
 # --- pytest plugin -------------------------------------------------------------------------
 
 
@@ -506,15 +768,24 @@ def containerd() -> Iterator[Any]:
 __all__ = [
     "CANCEL_POINTS",
     "GRACE_SECONDS",
+    "MUTATIONS",
     "SETUP_PHASES",
     "UNDO_PHASES",
+    "UNTIL_TERM",
     "CancelPoint",
+    "agent_handle",
+    "ContractAgent",
     "Harness",
-    "RuntimeCalls",
+    "RuntimeKind",
     "RuntimeObjects",
-    "StageVerdict",
+    "RuntimeUnderTest",
+    "containerd_runtime",
+    "contract_profile",
     "eventually",
+    "memory_runtime",
+    "mounts_under",
     "objects_with",
     "open_harness",
     "remove_objects",
+    "remove_tree",
 ]

@@ -88,7 +88,8 @@ def grpc_target(endpoint: str) -> str:
 
 
 def _serialize(message: Message) -> bytes:
-    return message.SerializeToString()
+    data: bytes = message.SerializeToString()
+    return data
 
 
 def _image_spec(image: str | t.ImageSpec) -> api.ImageSpec:

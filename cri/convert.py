@@ -41,7 +41,7 @@ M = TypeVar("M", bound=Message)
 
 def to_proto(value: DataclassInstance, message_type: type[M]) -> M:
     """Build a message of message_type from a dataclass instance."""
-    message = message_type()
+    message: M = message_type()
     _fill(message, value)
     return message
 

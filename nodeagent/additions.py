@@ -17,6 +17,7 @@ lists :data:`CONTAINER_ADDITIONS` in ``provides``, the one that merges them in `
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -110,7 +111,7 @@ class PodAdditions:
         for key in [k for k in self._entries if k[0] == stage and (container is None or k[1] == container)]:
             del self._entries[key]
 
-    def stages(self) -> set[str]:
+    def stages(self) -> builtins.set[str]:
         """Stages that have additions left (the contract suite checks none leak)."""
         return {stage for stage, _ in self._entries}
 

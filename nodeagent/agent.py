@@ -194,6 +194,11 @@ class Agent:
                                 node_event=self.cluster.events.record_node if self.cluster is not None else None)
         self.pipeline: Pipeline | None = None
         self.dispatcher: Dispatcher | None = None
+        self.services: Services | None = None
+        """What the pod workers share (set when the agent runs; the contract suite reads its
+        admission cycle)."""
+        self.sources: list[PodSource] = []
+        """The running pod sources (a test may ask the static one to ``scan()`` now)."""
         self.endpoint_port: int | None = None
         # Built here, not when it starts: a kubelet API the configuration cannot secure
         # (no authenticator, a webhook without an API client) stops the agent before it runs.
@@ -249,7 +254,7 @@ class Agent:
                     await self.cluster.start(sup)  # registers the Node even while the runtime is down
                 await self._connect_runtime()
                 self.cgroup_driver = await cgroupdriver.resolve(self.runtime, self.config.cgroup_driver)
-                if self.cgroup_driver.driver != cgroupdriver.CGROUPFS:
+                if self.cgroup_driver.driver != cgroupdriver.CGROUPFS and self.config.cgroups_per_qos:
                     log.error("the runtime uses the systemd cgroup driver, which nodeagent does not implement: "
                               "every pod is refused", from_runtime=self.cgroup_driver.from_runtime)
                 self.metrics.collectors.append(self.cgroup_driver.render_metrics)
@@ -268,7 +273,8 @@ class Agent:
                     await sup.start(self.plugin_watcher.run, name="plugin-watcher")
                 services = Services(
                     runtime=self.runtime, clock=self.clock, node=self.node, settings=self.config,
-                    cgroup_driver=self.cgroup_driver.driver,
+                    # Without pod cgroups (cgroupsPerQOS false) the runtime places sandboxes itself.
+                    cgroup_driver=self.cgroup_driver.driver if self.config.cgroups_per_qos else cgroupdriver.CGROUPFS,
                     relister=self.relister, status=self.status, publish=self.bus.publish,
                     objects=self.objects,
                     admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,
@@ -276,6 +282,7 @@ class Agent:
                     observe_stage_time=lambda stage, phase, s: self.metrics.stage.observe(s, stage, phase),
                     observe_pod_start=self.metrics.pod_start.observe,
                 )
+                self.services = services
                 self.dispatcher = Dispatcher(services, tg, contain=sup.contain)
                 self.node_ops.dispatcher = self.dispatcher
                 self._subscribe(sup, "dispatcher", self.dispatcher.handle)
@@ -284,7 +291,7 @@ class Agent:
                     self.endpoint_port = await sup.start(self._serve, name="endpoint")
                 if self.kubelet_server is not None:
                     await sup.start(self.kubelet_server.run, name="kubelet-server")
-                sources: list[PodSource] = []
+                sources = self.sources = []
                 if self.config.static_pod_path is not None:
                     source = StaticPodSource(self.config.static_pod_path, self.config.node_name, self.bus.publish,
                                              full_rescan_seconds=self.config.file_check_frequency,
@@ -463,7 +470,7 @@ class Agent:
         _EVENT_LOG.debug(getattr(event, "kind"), pod=str(event.pod) if event.pod.uid else None, **data)
 
 
-class _PortReport:
+class _PortReport(anyio.abc.TaskStatus[int]):
     """The local endpoint's task_status: every bind (a restart's too: with port 0 it is a new
     port) is kept in ``agent.endpoint_port``; the first also reaches the starter."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx2
 from lightkube import AsyncClient, KubeConfig
 
 # The kubelet's client-side rate limit defaults (kubeAPIQPS 50, kubeAPIBurst 100) are applied
@@ -15,4 +16,4 @@ API_TIMEOUT_SECONDS = 30.0
 
 def make_api_client(kubeconfig: Path, field_manager: str = "nodeagent") -> AsyncClient:
     config = KubeConfig.from_file(str(kubeconfig))
-    return AsyncClient(config=config, field_manager=field_manager, timeout=API_TIMEOUT_SECONDS)
+    return AsyncClient(config=config, field_manager=field_manager, timeout=httpx2.Timeout(API_TIMEOUT_SECONDS))

@@ -235,6 +235,11 @@ class AgentConfig(BaseModel):
     cgroup_driver: Literal["cgroupfs", "systemd"] = "cgroupfs"
     """The kubelet's cgroupDriver: used only when the runtime does not say its own through CRI
     RuntimeConfig (containerd 1.6); containerd 2.x's answer wins (nodeagent/cgroupdriver.py)."""
+    cgroups_per_qos: bool = Field(default=True, alias="cgroupsPerQOS")
+    """Give every pod a cgroup under a QoS-class hierarchy, with the pod's CPU and memory values
+    (the kubelet's cgroupsPerQOS, plugins/runtime/podcgroup.py). False, as the kubelet without it:
+    no pod cgroups are made, written or removed (the sandbox gets no cgroup parent and the runtime
+    places it), so pod-level limits are not enforced — and nothing under /sys/fs/cgroup needs root."""
     seccomp_default: bool = False
     """RuntimeDefault instead of Unconfined for containers that name no seccomp profile."""
     cluster_domain: str = "cluster.local"

@@ -155,6 +155,7 @@ class Relister:
                         self._stream_events += 1
                         self.events_seen += 1
                         if not self._poke.is_set() and not self._settling:
+                            assert self._settle_group is not None, "the stream is followed inside run()"
                             self._settling = True
                             self._settle_group.start_soon(self._settle_then_poke)
                 finally:
@@ -269,9 +270,11 @@ class Relister:
                     ip = await self._sandbox_ip(sb.id)
                 sb_records.append(replace(sb, pod_ip=ip))
             pod = PodRuntime(uid=uid, name=name, namespace=ns, sandboxes=tuple(sb_records), containers=conts,
-                             seen_at=listed_at, labels=labels, annotations=annotations)
+                             seen_at=listed_at, changed_at=listed_at, labels=labels, annotations=annotations)
             if old_pod is None or old_pod.sandboxes != pod.sandboxes or old_pod.containers != pod.containers:
                 changed_pods.add(uid)
+            else:
+                pod = replace(pod, changed_at=old_pod.changed_at)
             new_pods[uid] = pod
         changed_pods |= set(self._pods) - set(new_pods)
         self._pods = new_pods

@@ -166,11 +166,11 @@ def resolve(
         chain = configured[source]
         order[phase] = tuple(reversed(chain)) if reverse else tuple(chain)
     used = {s.name for chain in order.values() for s in chain}
-    stages = {n: s for n, s in available.items() if n in used}
-    problems = facts.missing_providers(stages)
+    in_profile = {n: s for n, s in available.items() if n in used}
+    problems = facts.missing_providers(in_profile)
     if problems:
-        raise PluginError("; ".join(problems) + f" (stages in the profile: {sorted(stages)})")
-    return Pipeline(stages=stages, order=order)
+        raise PluginError("; ".join(problems) + f" (stages in the profile: {sorted(in_profile)})")
+    return Pipeline(stages=in_profile, order=order)
 
 
 def load(

@@ -58,6 +58,9 @@ class PodRuntime:
     sandboxes: tuple[SandboxRecord, ...] = ()
     containers: tuple[ContainerRecord, ...] = ()
     seen_at: float = 0.0
+    changed_at: float = 0.0
+    """``seen_at`` of the listing that last changed the pod's sandboxes or containers: a listing
+    since then showed the same (what the pod's status must reflect is no newer than this)."""
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
 

@@ -56,8 +56,8 @@ class StatusSink(Protocol):
 
 class FileSink:
     """Standalone mode: one JSON file per pod under ``<rootDir>/pod-status``, so status survives
-    the agent and can be read by tools. Written atomically, 0600 (nodeagent.statefile), in a
-    worker thread, since file IO must not hold the event loop."""
+    the agent and can be read by tools. Written as state files (nodeagent.statefile: atomic,
+    durable, 0600) in a worker thread, since the fsync must not hold the event loop."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -78,9 +78,7 @@ class FileSink:
         # One line (``jq .`` shows it indented): with ``indent`` json falls back from its C
         # encoder to the pure-Python one, ~5x the CPU, paid on every status change of every pod.
         data = json.dumps({"pod": ref.model_dump(), "status": status}, sort_keys=True, separators=(",", ":"))
-        # Atomic but not fsynced: after a crash of the machine the status is computed afresh
-        # from the runtime anyway, and an fsync per status change is IO and CPU at every start.
-        await anyio.to_thread.run_sync(lambda: write_atomic(path, data, durable=False))
+        await anyio.to_thread.run_sync(write_atomic, path, data)
 
     async def forget(self, ref: PodRef) -> None:
         try:

@@ -34,12 +34,13 @@ def summarize(event: Event) -> dict[str, Any]:
         data["pod_spec"] = _spec_summary(event.pod_spec)
     else:
         data = event.model_dump(mode="json")
-    return _bounded(data)
+    bounded: dict[str, Any] = _bounded(data)
+    return bounded
 
 
 def _spec_summary(pod: dict[str, Any]) -> dict[str, Any]:
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    spec: dict[str, Any] = pod["spec"] if isinstance(pod.get("spec"), dict) else {}
+    meta: dict[str, Any] = pod["metadata"] if isinstance(pod.get("metadata"), dict) else {}
     out: dict[str, Any] = {}
     for key in ("initContainers", "containers"):
         items = spec.get(key)

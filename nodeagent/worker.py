@@ -526,7 +526,9 @@ class PodWorker:
         with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS):
             while relister.pod(self.ref.uid).seen_at <= stopped_at:
                 await relister.wait_changed(self.ref.uid, timeout=0.1)
-            while status.observed_at(self.ref.uid) <= relister.pod(self.ref.uid).seen_at:
+            # The status must reflect the newest listing that changed the pod; a later listing
+            # that showed the same wakes no observer, so waiting for it would only time out.
+            while status.observed_at(self.ref.uid) <= relister.pod(self.ref.uid).changed_at:
                 await anyio.sleep(0.02)
 
     async def _stop(self, grace: int, announce: bool = True) -> None:

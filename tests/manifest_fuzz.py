@@ -591,7 +591,7 @@ def held(env: AgentEnv) -> dict[str, int]:
     agent = env.agent
     return {
         "trace pods (a ring of 2000)": len(agent.trace._pods),
-        "trace events": sum(len(d) for d in agent.trace._pods.values()),
+        "trace events": sum(len(d.entries) for d in agent.trace._pods.values()),
         "trace names": len(agent.trace._names),
         "status records": len(agent.status.all()),
         "workers": len(agent.dispatcher.workers) if agent.dispatcher else 0,

@@ -24,7 +24,6 @@ import anyio
 import pytest
 import yaml
 
-from conformance.contract import StageContract
 from cri import RuntimeClient
 from cri import types as t
 from devenv import Containerd
@@ -420,6 +419,4 @@ async def test_claims_left_by_pods_gone_while_the_agent_was_down_are_unprepared(
 # --- the stage contract ----------------------------------------------------------------------
 
 
-class TestDraContract(StageContract):
-    plugin = "dra"
-
+# The stage contract for dra runs in tests/test_contract.py (TestDraContract), with this fake driver.

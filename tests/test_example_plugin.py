@@ -9,14 +9,13 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
 import pytest
 from pydantic import ValidationError
 
-from conformance.contract import StageContract
-from conformance.harness import Harness, eventually, objects_with, remove_objects
+from conformance.harness import eventually, objects_with, remove_objects
 from cri import RuntimeClient
 from cri import types as t
 from devenv.images import BUSYBOX_IMAGE
@@ -24,7 +23,6 @@ from nodeagent import labels as L
 from nodeagent.agent import Agent
 from nodeagent.config import AgentConfig
 from nodeagent.lifecycle import PodState
-from nodeagent.model import Pod
 
 ENTRY_POINT = "requiredlabel = required_label:plugin"
 INSTALL = "python -m pip install -e examples/required-label"
@@ -43,13 +41,8 @@ def example_installed() -> None:
         )
 
 
-class TestRequiredLabelContract(StageContract):
-    plugin = "requiredlabel"
-    config: ClassVar[Mapping[str, Any]] = {"label": "team"}
-
-    def pods(self, harness: Harness) -> list[Pod]:
-        # Both ways through admit: CONTINUE for the labelled pod, REJECT for the other.
-        return [harness.pod(labels={"team": "storage"}), harness.pod()]
+# The contract suite for the example runs in tests/test_contract.py (TestRequiredLabelContract) and
+# in the example's own tests (examples/required-label/tests).
 
 
 def test_configuration_is_validated() -> None:

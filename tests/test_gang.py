@@ -19,13 +19,10 @@ from typing import Any
 import anyio
 import pytest
 
-from conformance.contract import StageContract
-from conformance.harness import Harness
 from cri import CriError, RuntimeClient
 from cri import types as t
 from devenv.images import BUSYBOX_IMAGE
 from nodeagent import labels as L
-from nodeagent.model import Pod
 from plugins.gang import GangStage
 from tests.agent_helpers import (
     AgentEnv,
@@ -307,17 +304,4 @@ async def test_a_kubernetes_scheduling_group_with_its_podgroup_beside_the_pods(c
         assert gang_stage(env).metrics.decisions["commit"] == 1
 
 
-class TestGangContract(StageContract):
-    plugin = "gang"
-
-    def pods(self, harness: Harness) -> list[Pod]:
-        # A pod of no gang (skipped), a gang of one (commits at once) and a member of a gang of
-        # two (waits): the stage's three answers.
-        pods = [harness.pod()]
-        for min_member in (1, 2):
-            pod = harness.pod()
-            spec = pod.model_dump(by_alias=True)
-            spec["metadata"]["annotations"] = {"gang.nodeagent.io/name": f"g{min_member}",
-                                               "gang.nodeagent.io/min-member": str(min_member)}
-            pods.append(Pod.model_validate(spec))
-        return pods
+# The stage contract for gang runs in tests/test_contract.py (TestGangContract).

@@ -24,7 +24,6 @@ import anyio
 import pytest
 from anyio.abc import Process
 
-from conformance.contract import StageContract
 from nodeagent import logreader as lr
 from nodeagent import registry
 from plugins.logs import rotation, symlink
@@ -347,8 +346,7 @@ async def test_logs_previous_after_a_restart(containerd: Any, tmp_path: Path) ->
         await wait_for(unlinked, 30, "the pod's symlinks removed")
 
 
-class TestLogsContract(StageContract):
-    plugin = "logs"
+# The stage contract for logs runs in tests/test_contract.py (TestLogsContract).
 
 
 # --- units: the file format, rotation steps, symlink names, following ---------------------

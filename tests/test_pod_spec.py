@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from conformance.contract import StageContract
 from nodeagent import labels as L
 from nodeagent.model import Pod
 from nodeagent.kube import env as env_module
@@ -390,8 +389,7 @@ async def test_resources_reach_the_cgroup_and_oom_score(containerd: Any, tmp_pat
         assert env.status_of("guar")["qosClass"] == "Guaranteed"
 
 
-class TestPodSecurityContract(StageContract):
-    plugin = "podsecurity"
+# The stage contract for podsecurity runs in tests/test_contract.py (TestPodSecurityContract).
 
 
 # --- the kubelet's formulas, without a runtime -------------------------------------------

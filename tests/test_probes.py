@@ -17,8 +17,6 @@ import pytest
 import structlog
 from anyio.abc import SocketStream
 
-from conformance.contract import StageContract
-from conformance.harness import Harness
 from cri import types as t
 from nodeagent.clock import ManualClock
 from nodeagent.model import Container, Pod, Probe
@@ -581,15 +579,7 @@ async def test_grpc_probes_host_network_and_pod_ip(containerd: Any, tmp_path: Pa
         assert env.status_of("grpc-closed")["containerStatuses"][0]["ready"] is False
 
 
-class TestProbesContract(StageContract):
-    plugin = "probes"
-
-    def pods(self, harness: Harness) -> list[Any]:
-        # A pod with every probe type too, so observe is cancelled while its loops run.
-        probed = {"name": "main", "image": BUSYBOX_IMAGE, "command": ["sleep", "3600"],
-                  "startupProbe": _probe(_exec("true")), "livenessProbe": _probe(_exec("true")),
-                  "readinessProbe": _probe({"tcpSocket": {"port": 80}})}
-        return [harness.pod(), harness.pod(containers=[probed])]
+# The stage contract for probes runs in tests/test_contract.py (TestProbesContract).
 
 
 def _rfc3339(value: str) -> float:

@@ -19,6 +19,7 @@ from nodeagent.mounttable import mounts_under
 from nodeagent.volumeutil import SetupError, atomicwriter, ownership, tmpfs
 from plugins.volumes import VolumesStage, sources
 from tests.agent_helpers import AgentEnv, running_agent, wait_for
+from tests.manifest_fuzz import watching_logs
 from tests.test_pod_spec import container, output, pod, run_in
 
 pytestmark = pytest.mark.anyio
@@ -91,71 +92,75 @@ async def test_host_path_type_check_fails_then_succeeds(containerd: Any, tmp_pat
     (host / "file").write_text("from the host\n")
     (host / "hosts").write_text("10.9.8.7 custom\n")
     wanted = host / "later"
-    async with running_agent(containerd, tmp_path) as env:
-        env.write("h.yaml", pod(
-            "hostpath",
-            container("main", volumeMounts=[
-                {"name": "later", "mountPath": "/later"},
-                {"name": "made", "mountPath": "/made"},
-                {"name": "touched", "mountPath": "/touched"},
-                {"name": "file", "mountPath": "/file", "readOnly": True},
-                {"name": "untyped", "mountPath": "/untyped"},
-                {"name": "hosts", "mountPath": "/etc/hosts"},
-            ]),
-            volumes=[{"name": "later", "hostPath": {"path": str(wanted), "type": "Directory"}},
-                     {"name": "made", "hostPath": {"path": str(host / "made" / "deep"), "type": "DirectoryOrCreate"}},
-                     {"name": "touched", "hostPath": {"path": str(host / "touched"), "type": "FileOrCreate"}},
-                     {"name": "file", "hostPath": {"path": str(host / "file"), "type": "File"}},
-                     {"name": "untyped", "hostPath": {"path": str(host)}},
-                     {"name": "hosts", "hostPath": {"path": str(host / "hosts"), "type": "File"}}],
-        ))
-        # A subPath may not climb out of its volume: CreateContainerConfigError, as the kubelet.
-        env.write("b.yaml", pod("badsub", container("main", volumeMounts=[
-            {"name": "v", "mountPath": "/v", "subPath": "../escape"}]), volumes=[{"name": "v", "emptyDir": {}}]))
+    with watching_logs() as watch:
+        async with running_agent(containerd, tmp_path) as env:
+            env.write("h.yaml", pod(
+                "hostpath",
+                container("main", volumeMounts=[
+                    {"name": "later", "mountPath": "/later"},
+                    {"name": "made", "mountPath": "/made"},
+                    {"name": "touched", "mountPath": "/touched"},
+                    {"name": "file", "mountPath": "/file", "readOnly": True},
+                    {"name": "untyped", "mountPath": "/untyped"},
+                    {"name": "hosts", "mountPath": "/etc/hosts"},
+                ]),
+                volumes=[{"name": "later", "hostPath": {"path": str(wanted), "type": "Directory"}},
+                         {"name": "made", "hostPath": {"path": str(host / "made" / "deep"), "type": "DirectoryOrCreate"}},
+                         {"name": "touched", "hostPath": {"path": str(host / "touched"), "type": "FileOrCreate"}},
+                         {"name": "file", "hostPath": {"path": str(host / "file"), "type": "File"}},
+                         {"name": "untyped", "hostPath": {"path": str(host)}},
+                         {"name": "hosts", "hostPath": {"path": str(host / "hosts"), "type": "File"}}],
+            ))
+            # A subPath may not climb out of its volume: the manifest is refused with the API server's
+            # words (the kubelet validates what its sources give it: filterInvalidPods).
+            env.write("b.yaml", pod("badsub", container("main", volumeMounts=[
+                {"name": "v", "mountPath": "/v", "subPath": "../escape"}]), volumes=[{"name": "v", "emptyDir": {}}]))
 
-        async def failed_mount() -> dict[str, Any] | None:
-            for e in env.agent.trace.chain(f"default/hostpath-{env.node}"):
-                if e["kind"] == "PodWaiting" and e["reason"] == "FailedMount":
-                    return e
-            return None
+            async def failed_mount() -> dict[str, Any] | None:
+                for e in env.agent.trace.chain(f"default/hostpath-{env.node}"):
+                    if e["kind"] == "PodWaiting" and e["reason"] == "FailedMount":
+                        return e
+                return None
 
-        event = await wait_for(failed_mount, 30, "a FailedMount for the missing directory")
-        assert event["message"] == (f'MountVolume.SetUp failed for volume "later" : '
-                                    f"hostPath type check failed: {wanted} is not a directory")
-        assert not await env.running_containers("hostpath")
-        assert env.status_of("hostpath")["phase"] == "Pending"
+            event = await wait_for(failed_mount, 30, "a FailedMount for the missing directory")
+            assert event["message"] == (f'MountVolume.SetUp failed for volume "later" : '
+                                        f"hostPath type check failed: {wanted} is not a directory")
+            assert not await env.running_containers("hostpath")
+            assert env.status_of("hostpath")["phase"] == "Pending"
 
-        wanted.mkdir()
-        (wanted / "note").write_text("appeared\n")
-        assert await output(env, "hostpath", "main", "cat", "/later/note") == "appeared"
-        assert (host / "made" / "deep").is_dir()  # DirectoryOrCreate
-        assert (host / "touched").is_file() and stat.S_IMODE((host / "touched").stat().st_mode) == 0o644
-        assert await output(env, "hostpath", "main", "cat", "/file") == "from the host"
-        await output(env, "hostpath", "main", "sh", "-c", "echo back > /untyped/written")
-        assert (host / "written").read_text() == "back\n"
-        # The container's own mount at /etc/hosts wins over the kubelet-managed file.
-        assert await output(env, "hostpath", "main", "cat", "/etc/hosts") == "10.9.8.7 custom"
+            wanted.mkdir()
+            (wanted / "note").write_text("appeared\n")
+            assert await output(env, "hostpath", "main", "cat", "/later/note") == "appeared"
+            assert (host / "made" / "deep").is_dir()  # DirectoryOrCreate
+            assert (host / "touched").is_file() and stat.S_IMODE((host / "touched").stat().st_mode) == 0o644
+            assert await output(env, "hostpath", "main", "cat", "/file") == "from the host"
+            await output(env, "hostpath", "main", "sh", "-c", "echo back > /untyped/written")
+            assert (host / "written").read_text() == "back\n"
+            # The container's own mount at /etc/hosts wins over the kubelet-managed file.
+            assert await output(env, "hostpath", "main", "cat", "/etc/hosts") == "10.9.8.7 custom"
 
-        async def bad_sub_path() -> dict[str, Any] | None:
-            statuses = env.status_of("badsub").get("containerStatuses") or [{}]
-            waiting = statuses[0].get("state", {}).get("waiting", {})
-            return waiting if waiting.get("reason") == "CreateContainerConfigError" else None
+            bad = str(env.manifests / "b.yaml")
+            async def refused() -> bool:
+                return bad in watch.rejected
 
-        waiting = await wait_for(bad_sub_path, 30, "badsub waiting with CreateContainerConfigError")
-        assert waiting["message"] == "unable to provision SubPath `../escape`: must not contain '..'"
-        # The wrong kind of file fails the check too.
-        env.write("w.yaml", pod("wrongkind", container("main", volumeMounts=[{"name": "v", "mountPath": "/v"}]),
-                                volumes=[{"name": "v", "hostPath": {"path": str(host / "file"), "type": "Directory"}}]))
+            await wait_for(refused, 30, "b.yaml refused")
+            assert watch.rejected[bad][0] == "ManifestInvalid"
+            assert watch.messages[bad][0].endswith(
+                "spec.containers[0].volumeMounts.subPath: Invalid value: \"../escape\": must not contain '..'")
+            assert env.uid_of("badsub") is None
+            # The wrong kind of file fails the check too.
+            env.write("w.yaml", pod("wrongkind", container("main", volumeMounts=[{"name": "v", "mountPath": "/v"}]),
+                                    volumes=[{"name": "v", "hostPath": {"path": str(host / "file"), "type": "Directory"}}]))
 
-        async def wrong_kind() -> bool:
-            return any(e["kind"] == "PodWaiting" and e["message"].endswith(f"{host / 'file'} is not a directory")
-                       for e in env.agent.trace.chain(f"default/wrongkind-{env.node}"))
+            async def wrong_kind() -> bool:
+                return any(e["kind"] == "PodWaiting" and e["message"].endswith(f"{host / 'file'} is not a directory")
+                           for e in env.agent.trace.chain(f"default/wrongkind-{env.node}"))
 
-        await wait_for(wrong_kind, 30, "a FailedMount for a file where a directory is wanted")
-        env.remove("h.yaml")
-        await wait_for(lambda: _absent(env.config.root_dir / "pods" / str(env.uid_of("hostpath"))), 30,
-                       "the hostpath pod's directory removed")
-        assert (wanted / "note").exists(), "a hostPath belongs to the host: never removed"
+            await wait_for(wrong_kind, 30, "a FailedMount for a file where a directory is wanted")
+            env.remove("h.yaml")
+            await wait_for(lambda: _absent(env.config.root_dir / "pods" / str(env.uid_of("hostpath"))), 30,
+                           "the hostpath pod's directory removed")
+            assert (wanted / "note").exists(), "a hostPath belongs to the host: never removed"
 
 
 async def test_downward_api_volume_files_and_modes(containerd: Any, tmp_path: Path) -> None:
@@ -174,14 +179,17 @@ async def test_downward_api_volume_files_and_modes(containerd: Any, tmp_path: Pa
                 {"path": "memory_request", "resourceFieldRef": {"containerName": "client",
                                                                 "resource": "requests.memory"}},
             ]}}],
-            metadata={"labels": {"key1": "value1", "key2": 'with "quotes"'}, "annotations": {"builder": "bar"}},
+            # Quotes are escaped (a label value may not hold them; an annotation may).
+            metadata={"labels": {"key1": "value1", "key2": "value2"},
+                      "annotations": {"builder": "bar", "quoted": 'with "quotes"'}},
         ))
         async def read(path: str) -> str:
             return await output(env, "downward", "client", "cat", f"/etc/podinfo/{path}")
 
         assert await read("podname") == f"downward-{env.node}"
-        assert await read("labels") == 'key1="value1"\nkey2="with \\"quotes\\""'
-        assert 'builder="bar"' in (await read("annotations")).splitlines()
+        assert await read("labels") == 'key1="value1"\nkey2="value2"'
+        annotations = (await read("annotations")).splitlines()
+        assert 'builder="bar"' in annotations and 'quoted="with \\"quotes\\""' in annotations
         assert await read("nested/uid") == env.uid_of("downward")
         assert await read("cpu_limit") == "2"  # 1250m rounded up
         assert await read("memory_request") == "33554432"
@@ -255,7 +263,9 @@ class TestVolumesContract(StageContract):
         data["spec"]["volumes"] = [
             {"name": "scratch", "emptyDir": {}}, {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
             {"name": "info", "downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
-            {"name": "host", "hostPath": {"path": "/tmp", "type": "Directory"}}]
+            # A directory of the harness's own: a bind of /tmp, which holds the agent's rootDir, would
+            # show every pod's mounts inside this one's (and block their removal).
+            {"name": "host", "hostPath": {"path": str(harness.base / "host"), "type": "DirectoryOrCreate"}}]
         return [base, Pod.model_validate(data)]
 
 

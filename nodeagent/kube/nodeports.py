@@ -23,7 +23,7 @@ def host_ports(pod: Pod) -> list[HostPort]:
     regular init container's). Under hostNetwork every container port is a host port (the API
     defaults hostPort to containerPort there)."""
     containers = [c for c in pod.spec.init_containers if c.restart_policy == "Always"] + pod.spec.containers
-    found = []
+    found: list[HostPort] = []
     for c in containers:
         for p in c.ports:
             port = p.host_port or (p.container_port if pod.spec.host_network else 0)

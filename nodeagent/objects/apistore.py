@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 import structlog
-from lightkube.core.generic_client import httpx  # the HTTP library under lightkube's client (httpx2)
+import httpx2 as httpx  # the HTTP library under lightkube's client (lightkube 1.x requires it)
 
 from nodeagent.backoff import Backoff
 from nodeagent.clock import Clock, SystemClock
@@ -149,7 +149,7 @@ class ApiObjects:
         """Every object of the scope (in pages of 500), as the view's new content."""
         path = await self._collection(view.scope.kind, view.scope.namespace)
         params = self._selectors(view.scope)
-        objects: list[Snapshot] = []
+        objects: list[dict[str, Any]] = []
         while True:
             page = await self._send("GET", path, params={**params, "limit": "500"})
             objects += page.get("items") or []

@@ -8,7 +8,7 @@ read-only: a stage that wants to change one copies it first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,13 +94,13 @@ class View:
 
     # --- fed by a backend ------------------------------------------------------------------
 
-    def replace(self, objects: list[Snapshot]) -> None:
+    def replace(self, objects: Sequence[Snapshot]) -> None:
         """A complete listing: the difference to what was known becomes changes."""
         fresh = {key_of(o): o for o in objects}
         changes: list[tuple[str, Snapshot | None, Snapshot | None]] = []
-        for key, old in self._objects.items():
+        for key, gone in self._objects.items():
             if key not in fresh:
-                changes.append((DELETED, old, None))
+                changes.append((DELETED, gone, None))
         for key, new in fresh.items():
             old = self._objects.get(key)
             if old is None:

@@ -76,9 +76,11 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     uses = (STARTUP_PASSED, CONTAINER_ADDITIONS)
 
     def __init__(self, node_name: str, pod_logs_dir: Path, node_keyring: NodeKeyring | None = None,
-                 pull_records: PullRecords | None = None) -> None:
+                 pull_records: PullRecords | None = None, *, pod_cgroups: bool = True) -> None:
         self._node = node_name
         self._logs = pod_logs_dir
+        self._pod_cgroups = pod_cgroups
+        """cgroupsPerQOS: False makes, writes, removes and sweeps no pod cgroup."""
         self._images = ImagePuller.new(node_keyring, pull_records)
         self._ledger = Ledger()
         self._sync = Syncer(node_name, self._ensure_sandbox, self._pod_ip_of, self._image_ref,
@@ -90,6 +92,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         """Every minute, the cgroups of pods this stage no longer runs, idle and over a minute
         old (the kubelet's cleanupOrphanedPodCgroups; part of container GC)."""
         task_status.started()
+        if not self._pod_cgroups:
+            return  # no pod cgroups: none can be orphaned
         while True:
             await anyio.sleep(ORPHAN_SWEEP_SECONDS)
             try:
@@ -137,6 +141,16 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             await ctx.publish(SandboxStarted(sandbox_id=sandbox.id, attempt=attempt, adopted=True,
                                              pod_ip=ctx.stash[POD_IP]))
             return
+        if sandboxes and pod.spec.restart_policy == "Never" and await self._containers(ctx):
+            # The kubelet's "do not recreate" rule (computePodActions): a pod that ran under
+            # Never and lost its sandbox — or completed before an agent restart — gets no new
+            # one; the sync loop's plan then ends it.
+            newest = max(sandboxes, key=lambda s: s.created_at)
+            attempt = newest.metadata.attempt if newest.metadata else 0
+            ctx.stash[SANDBOX] = (newest.id, sandbox_config(pod, attempt, self._logs, self._node,
+                                                            settings=ctx.settings))
+            acted(ctx)
+            return
         attempt = max((s.metadata.attempt + 1 for s in sandboxes if s.metadata), default=0)
         config = sandbox_config(pod, attempt, self._logs, self._node, settings=ctx.settings)
         try:
@@ -177,6 +191,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         state = ensure_state(ctx)
         pod = allocated_pod(ctx)
         self._ledger.set(ctx.ref.uid, pod)
+        if not self._pod_cgroups:
+            return
         try:
             await podcgroup.apply(ctx, pod)
         except OSError as exc:
@@ -254,7 +270,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             await ctx.publish(SandboxRemoved(sandbox_id=sandbox.id))
         ctx.stash.pop(SANDBOX)
         self._ledger.release(ctx.ref.uid)
-        await podcgroup.remove(ctx.pod)
+        if self._pod_cgroups:
+            await podcgroup.remove(ctx.pod)
         logs = hostpaths.pod_log_dir(self._logs, ctx.ref.namespace, ctx.ref.name, ctx.ref.uid)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(logs, ignore_errors=True))
         await anyio.to_thread.run_sync(_remove_pod_dir, ctx)
@@ -316,7 +333,7 @@ def plugin(config: Mapping[str, Any], handle: AgentHandle) -> RuntimeStage:
     records = PullRecords(root_dir / "image_manager", settings.image_pull_credentials_verification_policy,
                           settings.preloaded_images_verification_allowlist)
     return RuntimeStage(handle.node.name, Path(settings.pod_logs_dir), NodeKeyring(root_dir, handle.clock.monotonic),
-                        records)
+                        records, pod_cgroups=podcgroup.enabled(settings))
 
 
 plugin.stage_class = RuntimeStage  # type: ignore[attr-defined]

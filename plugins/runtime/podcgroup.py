@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -41,8 +42,18 @@ V1_CONTROLLERS = ("cpu", "memory")
 (cpuset among them, which needs its cpus and mems copied down before any task may join)."""
 
 
-def cgroup_parent(pod: Pod) -> str:
-    """The pod cgroup, as CRI's ``cgroup_parent`` (cgroupfs driver)."""
+def enabled(settings: Any) -> bool:
+    """The agent's ``cgroupsPerQOS`` (default true): false makes no pod cgroups at all, as the
+    kubelet's podContainerManagerNoop."""
+    return bool(getattr(settings, "cgroups_per_qos", True))
+
+
+def cgroup_parent(pod: Pod, settings: Any = None) -> str:
+    """The pod cgroup, as CRI's ``cgroup_parent`` (cgroupfs driver); empty without cgroupsPerQOS:
+    the runtime then places the sandbox itself (the kubelet passes its cgroupRoot there, which
+    nodeagent does not configure)."""
+    if not enabled(settings):
+        return ""
     qos = qos_class(pod)
     name = hostpaths.pod_cgroup_name(pod.uid)
     if qos == "Guaranteed":
@@ -133,7 +144,10 @@ def _enable_controllers(directory: Path) -> None:
 
 async def apply(ctx: PodContext, pod: Pod, values: Values | None = None) -> None:
     """Make the pod cgroup (if missing) and set ``values`` (default: the pod's). Raises OSError
-    when the host does not let us (the sandbox then still runs, with containerd's defaults)."""
+    when the host does not let us (the sandbox then still runs, with containerd's defaults).
+    Without cgroupsPerQOS there is no pod cgroup: nothing is written."""
+    if not enabled(ctx.settings):
+        return
     await anyio.to_thread.run_sync(_write, pod, values if values is not None else pod_values(pod))
 
 
@@ -228,4 +242,5 @@ def sweep(active: Collection[str], min_age_seconds: float, now: float, root_name
     return removed
 
 
-__all__ = ["apply", "cgroup_parent", "memory_usage", "pod_values", "remove", "sandbox_resources", "sweep", "widest"]
+__all__ = ["apply", "cgroup_parent", "enabled", "memory_usage", "pod_values", "remove", "sandbox_resources", "sweep",
+           "widest"]

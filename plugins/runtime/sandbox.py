@@ -73,7 +73,7 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path, node_name: str, *
         labels=pod_labels(pod, node_name),
         annotations=dict(pod.metadata.annotations),
         linux=t.LinuxPodSandboxConfig(
-            cgroup_parent=podcgroup.cgroup_parent(pod),
+            cgroup_parent=podcgroup.cgroup_parent(pod, settings),
             security_context=security.sandbox_security(pod, root_dir=root_dir,
                                                        seccomp_default=getattr(settings, "seccomp_default", False)),
             sysctls=security.sysctls(pod),

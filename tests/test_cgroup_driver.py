@@ -43,7 +43,8 @@ async def test_the_runtimes_answer_wins_and_unimplemented_falls_back_at_once() -
     cgroupfs = t.LinuxRuntimeConfiguration(cgroup_driver=t.CgroupDriver.CGROUPFS)
     assert await cgroupdriver.resolve(_Answers(systemd), "cgroupfs") == cgroupdriver.CgroupDriver("systemd", True)
     assert await cgroupdriver.resolve(_Answers(cgroupfs), "systemd") == cgroupdriver.CgroupDriver("cgroupfs", True)
-    unimplemented = _Answers(Unimplemented("RuntimeConfig", "unix:///x", grpc.StatusCode.UNIMPLEMENTED, "unknown method"))
+    unimplemented = _Answers(Unimplemented("RuntimeConfig", "unix:///x", grpc.StatusCode.UNIMPLEMENTED,
+                                           "unknown method"))
     fallback = await cgroupdriver.resolve(unimplemented, "systemd", sleep=_no_sleep)
     assert fallback == cgroupdriver.CgroupDriver("systemd", False, losing_support=True)
     assert unimplemented.calls == 1
@@ -53,7 +54,8 @@ async def test_the_runtimes_answer_wins_and_unimplemented_falls_back_at_once() -
     flaky = _Answers(CriError("RuntimeConfig", "unix:///x", grpc.StatusCode.UNKNOWN, "starting"), cgroupfs)
     assert await cgroupdriver.resolve(flaky, "systemd", sleep=_no_sleep) == cgroupdriver.CgroupDriver("cgroupfs", True)
     failing = _Answers(*(CriError("RuntimeConfig", "unix:///x", grpc.StatusCode.UNKNOWN, "down") for _ in range(3)))
-    assert await cgroupdriver.resolve(failing, "systemd", sleep=_no_sleep) == cgroupdriver.CgroupDriver("systemd", False)
+    fell_back = await cgroupdriver.resolve(failing, "systemd", sleep=_no_sleep)
+    assert fell_back == cgroupdriver.CgroupDriver("systemd", False)
     assert await cgroupdriver.resolve(_Answers(None), "cgroupfs") == cgroupdriver.CgroupDriver("cgroupfs", False)
 
 

@@ -265,8 +265,8 @@ def test_fit_is_infeasible_beyond_allocatable_and_deferred_beside_other_pods() -
 
 
 def test_pod_level_limits_apply_to_containers_without_their_own() -> None:
-    from nodeagent.model import ResourceRequirements
     from nodeagent.kube.resources import Values, linux_resources, values
+    from nodeagent.model import ResourceRequirements
 
     pod_level = ResourceRequirements(limits={"cpu": "500m", "memory": "128Mi"}, requests={"cpu": "200m"})
     own = ResourceRequirements(limits={"memory": "64Mi"}, requests={"cpu": "100m"})

@@ -284,14 +284,19 @@ class Resizer:
         target = podcgroup.widest(have, want) if grow and have is not None else want
         if target == have:
             return None
+        # Only a change of values the pod cgroup had is a resize the runtime hears of: the first
+        # setting (have None: the start's could not be made) is not, nor is anything without
+        # pod cgroups (cgroupsPerQOS false).
+        tell = have is not None and podcgroup.enabled(ctx.settings)
         try:
-            await _tell_runtime(ctx, sandbox_id, pod, target)
+            if tell:
+                await _tell_runtime(ctx, sandbox_id, pod, target)
         except CriError as exc:
             return f"failed to notify runtime for UpdatePodSandboxResources; resize rejected: {exc.details or exc}"
         try:
             await podcgroup.apply(ctx, pod, target)
         except OSError as exc:
-            if have is not None:
+            if tell and have is not None:
                 try:
                     await _tell_runtime(ctx, sandbox_id, pod, have)
                 except CriError as rollback:

@@ -426,6 +426,7 @@ class Agent:
         that hold kubelet fields (eviction, gc, shutdown) add theirs (``kubelet_config()``)."""
         out: dict[str, Any] = {"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1"}
         out.update(self.config.model_dump(mode="json", by_alias=True, exclude={"plugins", "profile"}))
+        out["cgroupDriver"] = self.cgroup_driver.driver  # the runtime's when it said (the kubelet's too)
         for stage in self._stages():
             fields = getattr(stage, "kubelet_config", None)
             if callable(fields):

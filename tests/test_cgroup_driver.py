@@ -83,6 +83,7 @@ async def test_the_real_runtime_decides_over_the_configuration(containerd: Any, 
         if answer is not None:
             assert answer.cgroup_driver == t.CgroupDriver.CGROUPFS
             assert env.agent.cgroup_driver == cgroupdriver.CgroupDriver("cgroupfs", True)
+            assert env.agent.configz()["cgroupDriver"] == "cgroupfs"  # the effective one, as the kubelet's
             await env.wait_running("p", 60)
             assert "kubelet_cri_losing_support" not in metrics
             return

@@ -18,8 +18,10 @@ lint:
 
 # What the suite needs, each step skipped when already done: the Debian packages, the
 # project with its test extra and the out-of-tree example stage (pip, only when one of
-# them is not installed), containerd 2.x, the control plane and the upstream e2e binaries
-# (built from the Go module proxy into ~/.cache/nodeagent: minutes cold, a second warm).
+# them is not installed), containerd 2.x, the control plane and the upstream e2e binaries,
+# and the CSI test tools (csi-mock after e2e.test: seconds; csi-sanity about 40 s and
+# csi-attacher about 2 min cold), all built from the Go module proxy into ~/.cache/nodeagent:
+# minutes cold, a second warm.
 DISTRIBUTIONS = nodeagent pytest grpcio-tools prometheus_client hypothesis ruff mypy nodeagent-required-label \
 	nodeagent-node-env
 deps:
@@ -29,6 +31,7 @@ deps:
 	$(PYTHON) -m devenv runtime build
 	$(PYTHON) -m controlplane build
 	$(PYTHON) -m controlplane build e2e.test agnhost nonewprivs
+	$(PYTHON) -m controlplane build csi-mock csi-sanity csi-attacher
 
 # A long-lived environment at /tmp/nodeagent-devenv; prints its CRI endpoint.
 env:

@@ -49,10 +49,10 @@ import anyio
 import devenv
 from benchmarks.pod_start import (
     AgentProcess,
+    busy_cores,
     git_description,
     load_average,
     machine_cpu,
-    busy_cores,
     pct,
     poll_running,
     proc_cpu,
@@ -61,8 +61,8 @@ from benchmarks.pod_start import (
 )
 from cri import RuntimeClient, Unimplemented
 from cri import types as t
-from nodeagent import labels as L
 from devenv.runtime import selected
+from nodeagent import labels as L
 
 DEFAULT_EXITS = 30
 DEFAULT_COST_PERIODS = (1.0, 5.0, 10.0, 30.0)

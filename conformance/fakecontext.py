@@ -9,7 +9,8 @@ reads back what the stage reported (``status``), published (``events``), asked f
 
 ``FakeObjects`` is the standalone object store (nodeagent/objects/filestore.py, a real backend)
 standing in for an API server: objects are ``put`` by kind, reads are counted and can be made
-to fail, TokenRequests are answered. Against a real API server, use the real store: the
+to fail, TokenRequests are answered, and objects of a kind that was ``put`` can be created,
+updated (conditionally on resourceVersion), merge-patched and deleted in memory. Against a real API server, use the real store: the
 integration tests do.
 """
 
@@ -50,6 +51,9 @@ class FakeObjects(FileObjects):
         self.failure: Exception | None = None
         """Raised by every read while set (an API server that does not answer, or refuses)."""
         self.token_requests = 0
+        self.writes: list[tuple[str, str]] = []
+        """(verb, "Kind/name") of every create, update, patch and delete, in order."""
+        self._version = 0
 
     def put(self, kind: Kind, *objects: Mapping[str, Any]) -> None:
         """Replace every object of ``kind`` with these (namespace defaulted to "default")."""
@@ -74,7 +78,69 @@ class FakeObjects(FileObjects):
             return {"spec": {"expirationSeconds": seconds},
                     "status": {"token": f"token-{self.token_requests}",
                                "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}}
-        raise ObjectError(f"FakeObjects does not create {kind}", 405)
+        if (kind.group, kind.kind) not in self._kinds:
+            raise ObjectError(f"FakeObjects does not create {kind}", 405)
+        meta = dict(body.get("metadata") or {})
+        if await super().get(kind, str(meta.get("name")), namespace or meta.get("namespace")) is not None:
+            raise ObjectError(f"409: {kind} {meta.get('name')} already exists", 409)
+        self.writes.append(("create", f"{kind.kind}/{meta.get('name')}"))
+        return self._store(kind, {**body, "metadata": {"uid": f"uid-{meta.get('name')}", **meta}})
+
+    async def update(self, kind: Kind, body: Mapping[str, Any], namespace: str | None = None, *,
+                     subresource: str | None = None) -> Snapshot:
+        if self.failure is not None:
+            raise self.failure
+        meta = body.get("metadata") or {}
+        current = await super().get(kind, str(meta.get("name")), namespace or meta.get("namespace"))
+        if current is None:
+            raise ObjectError(f"404: {kind} {meta.get('name')} not found", 404)
+        wanted = meta.get("resourceVersion")
+        if wanted and wanted != (current.get("metadata") or {}).get("resourceVersion"):
+            raise ObjectError(f"409: {kind} {meta.get('name')} was modified", 409)
+        self.writes.append(("update", f"{kind.kind}/{meta.get('name')}"))
+        return self._store(kind, body)
+
+    async def patch(self, kind: Kind, name: str, patch: Mapping[str, Any], namespace: str | None = None, *,
+                    subresource: str | None = None, merge: str = "merge") -> Snapshot:
+        if self.failure is not None:
+            raise self.failure
+        current = await super().get(kind, name, namespace)
+        if current is None:
+            raise ObjectError(f"404: {kind} {name} not found", 404)
+        self.writes.append(("patch", f"{kind.kind}/{name}"))
+        return self._store(kind, _merge_patch(current, patch))
+
+    async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
+        self.writes.append(("delete", f"{kind.kind}/{name}"))
+        keep = [o for o in self._objects.get(kind, [])
+                if not ((o.get("metadata") or {}).get("name") == name
+                        and (not kind.namespaced or (o.get("metadata") or {}).get("namespace") == (namespace or "default")))]
+        self.replace(kind, keep)
+
+    def _store(self, kind: Kind, body: Mapping[str, Any]) -> Snapshot:
+        """Write ``body`` in place of the object of the same name, with a new resourceVersion."""
+        self._version += 1
+        meta = {**(body.get("metadata") or {}), "resourceVersion": str(self._version)}
+        obj = {**body, "metadata": meta}
+        same = (meta.get("name"), meta.get("namespace") or "default")
+        keep = [o for o in self._objects.get(kind, [])
+                if ((o.get("metadata") or {}).get("name"), (o.get("metadata") or {}).get("namespace") or "default")
+                != same]
+        self.replace(kind, [*keep, obj])
+        return obj
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, Mapping):
+        return patch
+    out = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge_patch(out.get(key), value)
+    return out
 
 
 @dataclass

@@ -53,6 +53,7 @@ COMPONENTS: dict[str, str] = {
 # larger, and keeping it out of ../go.mod leaves the stamps above untouched.
 # name -> (module dir, Go package, "test" for `go test -c` | "build").
 E2E_MODULE = GO_MODULE / "e2e"
+CSI_MODULE = GO_MODULE / "csi"
 EXTRA_COMPONENTS: dict[str, tuple[Path, str, str]] = {
     "e2e.test": (E2E_MODULE, "k8s.io/kubernetes/test/e2e", "test"),
     "agnhost": (E2E_MODULE, "k8s.io/kubernetes/test/images/agnhost", "build"),
@@ -61,6 +62,13 @@ EXTRA_COMPONENTS: dict[str, tuple[Path, str, str]] = {
     "ginkgo": (E2E_MODULE, "github.com/onsi/ginkgo/v2/ginkgo", "build"),
     # the upstream kubelet: the baseline node of `python -m conformance.e2e run --node kubelet`
     "kubelet": (E2E_MODULE, "k8s.io/kubernetes/cmd/kubelet", "build"),
+    # the mock CSI driver inside k8s.io/kubernetes (test/e2e/storage/drivers/csi-test/mock) on a
+    # Unix socket, with plugin registration: a few lines of ours (conformance/k8s/e2e/csimock)
+    "csi-mock": (E2E_MODULE, "./csimock", "build"),
+    # CSI tools that are their own modules (conformance/k8s/csi): csi-sanity checks a CSI
+    # driver against the spec; external-attacher is the sidecar that attaches VolumeAttachments
+    "csi-sanity": (CSI_MODULE, "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity", "build"),
+    "csi-attacher": (CSI_MODULE, "github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher", "build"),
 }
 
 # Go's own compiler/linker peak for these packages is about 2-3 GiB per job
@@ -162,6 +170,10 @@ def _extra_stamp(name: str, go_version: str, version: str) -> str:
     for path in sorted([module / "go.mod", module / "go.sum", *module.glob("*.go")]):
         h.update(path.name.encode())
         h.update(path.read_bytes())
+    if pkg.startswith("./"):  # a package of our own in the module: its sources too
+        for path in sorted((module / pkg).rglob("*.go")):
+            h.update(str(path.relative_to(module)).encode())
+            h.update(path.read_bytes())
     h.update(f"{name}\0{pkg}\0{kind}\0{go_version}\0{ldflags(version)}\0trimpath".encode())
     return h.hexdigest()
 

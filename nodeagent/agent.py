@@ -182,6 +182,7 @@ class Agent:
         # Cluster mode: Node, Lease, API pod source, API status sink, mirror pods, Events.
         self.cluster = (ClusterMode(self.api, config, self.node, self.runtime, self.relister, self.bus, self.clock,
                                     kubelet_port=lambda: getattr(self.kubelet_server, "port", None) or config.port,
+                                    volumes_in_use=self._volumes_in_use,
                                     conditions=self.conditions)
                         if self.api is not None else None)
         sinks: list[StatusSink] = [FileSink(config.root_dir / "pod-status")]
@@ -239,6 +240,12 @@ class Agent:
     async def _run(self, *, task_status: anyio.abc.TaskStatus[Agent]) -> None:
         self.pipeline = self.load_pipeline()
         log.info("stage order resolved", **{k: ",".join(v) or "-" for k, v in self.pipeline.as_dict().items()})
+        # Volume figures a stage measures itself (the csi stage: NodeGetVolumeStats, with the
+        # claim), in place of the collector's walk of those volumes' directories.
+        for stage in self.pipeline.stages.values():
+            provider = getattr(stage, "volume_usage", None)
+            if callable(provider):
+                self.stats.volume_providers.append(provider)
         # Pod directories hold secrets and tokens: no other user of the host may reach them.
         ensure_private_dir(self.config.root_dir)
         ensure_private_dir(self.config.root_dir / "pods")
@@ -325,6 +332,16 @@ class Agent:
                                       f"plugins of type {handler.plugin_type}")
                 handlers[handler.plugin_type] = handler
         return handlers
+
+    def _volumes_in_use(self) -> list[str]:
+        """node.status.volumesInUse: what the stages that mount attachable volumes report
+        (``volumes_in_use()``; the csi stage)."""
+        names: set[str] = set()
+        for stage in (self.pipeline.stages.values() if self.pipeline else ()):
+            report = getattr(stage, "volumes_in_use", None)
+            if callable(report):
+                names.update(report())
+        return sorted(names)
 
     def _subscribe(self, sup: Supervisor, name: str, handle: Callable[[ev.Event], Awaitable[None] | None]) -> None:
         """A bus subscriber under the supervisor; a fact it fails on is reported and skipped."""

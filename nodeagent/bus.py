@@ -55,7 +55,8 @@ class Topology:
             lines.append(f"  {p.name:<12} {', '.join(sorted(p.kinds))}")
         lines.append("subscribers:")
         for s in self.subscribers:
-            lines.append(f"  {s.name:<12} {', '.join(sorted(s.kinds))}" + ("  (cluster mode)" if s.cluster_only else ""))
+            mode = "  (cluster mode)" if s.cluster_only else ""
+            lines.append(f"  {s.name:<12} {', '.join(sorted(s.kinds))}{mode}")
         return "\n".join(lines)
 
 
@@ -222,7 +223,7 @@ class Bus:
         """Queue ``event`` for every subscriber that wants its kind. Only a full queue makes the
         publisher wait (back-pressure); otherwise publishing does not pass through the event
         loop (see :class:`Inbox` for what that costs)."""
-        kind = getattr(event, "kind")
+        kind: str = getattr(event, "kind")  # noqa: B009 - each subclass declares kind, the base does not
         for outlet in self._outlets.values():
             if outlet.subscriber.wants(kind):
                 try:
@@ -237,7 +238,7 @@ class Bus:
         """Queue ``event`` where there is room, never waiting; returns how many subscribers
         that wanted it did not get it (their queue was full). For facts about the agent's own
         health, published from places that must not block (a failing subscriber among them)."""
-        kind = getattr(event, "kind")
+        kind: str = getattr(event, "kind")  # noqa: B009 - each subclass declares kind, the base does not
         missed = 0
         for outlet in self._outlets.values():
             if outlet.subscriber.wants(kind):

@@ -242,6 +242,14 @@ class VolumeMount(_ApiModel):
     mount_propagation: Literal["None", "HostToContainer", "Bidirectional"] | None = None
 
 
+class VolumeDevice(_ApiModel):
+    """volumeDevices[]: a Block-mode persistent volume given to the container as a device node
+    at ``device_path`` (plugins/csi)."""
+
+    name: str
+    device_path: str
+
+
 class SleepAction(_ApiModel):
     seconds: int = Field(ge=0)
 
@@ -288,6 +296,7 @@ class Container(_ApiModel):
     """Evaluated in order on exit, before ``restart_policy``."""
     security_context: SecurityContext | None = None
     volume_mounts: list[VolumeMount] = Field(default_factory=list)
+    volume_devices: list[VolumeDevice] = Field(default_factory=list)
     command: list[str] = Field(default_factory=list)
     args: list[str] = Field(default_factory=list)
     working_dir: str = ""
@@ -468,11 +477,33 @@ class ProjectedVolumeSource(_ApiModel):
     default_mode: int = 0o644
 
 
+class PersistentVolumeClaimVolumeSource(_ApiModel):
+    claim_name: str
+    read_only: bool = False
+
+
+class EphemeralVolumeSource(_ApiModel):
+    """A generic ephemeral volume: the ephemeral-volume controller makes a PVC named
+    ``<pod>-<volume>`` from the template, owned by the pod; the node mounts that PVC."""
+
+    volume_claim_template: dict[str, Any] | None = None
+
+
+class CSIVolumeSource(_ApiModel):
+    """A CSI inline ephemeral volume: published by the driver for this pod only."""
+
+    driver: str
+    read_only: bool | None = None
+    fs_type: str | None = None
+    volume_attributes: dict[str, str] = Field(default_factory=dict)
+    node_publish_secret_ref: LocalObjectReference | None = None
+
+
 class Volume(_ApiModel):
-    # Sources nodeagent does not implement (persistentVolumeClaim, nfs, csi, ...) stay
-    # unmodelled: they are reported as unhonoured and their mounts are skipped. configMap,
-    # secret and projected need the API: plugins/apivolumes sets them up (standalone: reported
-    # unhonoured by that stage).
+    # Sources nodeagent does not implement (nfs, iscsi, ...) stay unmodelled: they are reported
+    # as unhonoured and their mounts are skipped. configMap, secret and projected need the API:
+    # plugins/apivolumes sets them up (standalone: reported unhonoured by that stage);
+    # persistentVolumeClaim, ephemeral and csi are plugins/csi's.
     name: str
     empty_dir: EmptyDirVolumeSource | None = None
     host_path: HostPathVolumeSource | None = None
@@ -480,6 +511,9 @@ class Volume(_ApiModel):
     config_map: ConfigMapVolumeSource | None = None
     secret: SecretVolumeSource | None = None
     projected: ProjectedVolumeSource | None = None
+    persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = None
+    ephemeral: EphemeralVolumeSource | None = None
+    csi: CSIVolumeSource | None = None
     image: ImageVolumeSource | None = None
     """Pulled and mounted by the runtime stage (plugins/runtime/imagevolumes.py)."""
 

@@ -25,8 +25,8 @@ from cri import CriError, RuntimeClient, Unimplemented
 from cri import types as t
 from cri.types import ContainerState, PodSandboxState
 from nodeagent import labels as L
-from nodeagent.events import ContainerExited, ContainerStarted, Event, PodRef, RuntimeAvailable, RuntimeUnavailable
 from nodeagent.backoff import Backoff
+from nodeagent.events import ContainerExited, ContainerStarted, Event, PodRef, RuntimeAvailable, RuntimeUnavailable
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 
 log = structlog.get_logger("nodeagent.pleg")
@@ -245,9 +245,11 @@ class Relister:
             ref = PodRef(uid=uid, name=c.labels.get(L.POD_NAME, ""), namespace=c.labels.get(L.POD_NAMESPACE, ""))
             # A container that ran and exited between two listings did start: that fact is
             # published too (the kubelet's Started event must not depend on a listing's timing).
-            started_unseen = state == "exited" and record.started_at and (old is None or old.state not in ("running", "exited"))
+            started_unseen = (state == "exited" and record.started_at
+                              and (old is None or old.state not in ("running", "exited")))
             if (state == "running" and (old is None or old.state != "running")) or started_unseen:
-                events.append(ContainerStarted(pod=ref, source="pleg", container=record.name, container_id=c.id, attempt=record.attempt))
+                events.append(ContainerStarted(pod=ref, source="pleg", container=record.name, container_id=c.id,
+                                               attempt=record.attempt))
             if state == "exited" and (old is None or old.state != "exited"):
                 events.append(
                     ContainerExited(pod=ref, source="pleg", container=record.name, container_id=c.id,

@@ -31,12 +31,14 @@ DEFAULT_PROFILE: Mapping[str, Sequence[str]] = {
     "admit": ["eviction", "podsecurity", "gang", "noderesources", "tainttoleration", "shutdown"],
     "reserve": ["gang"],
     # devices first: the kubelet prepares claims before the sandbox; API-backed volumes
-    # (configMap, secret, projected) and env next, so that a FailedMount holds the sandbox back
-    "prepare": ["dra", "volumes", "apivolumes", "runtime"],
+    # (configMap, secret, projected) and env next, so that a FailedMount holds the sandbox back;
+    # persistent and CSI volumes last before the sandbox (their wait is the longest)
+    "prepare": ["dra", "volumes", "apivolumes", "csi", "runtime"],
     "permit": ["gang"],  # the gang barrier: after local preparation, before any container
     "start": ["runtime"],
-    # volumes, apivolumes: files follow the pod's metadata and their objects; token refresh
-    "observe": ["status", "runtime", "probes", "logs", "volumes", "apivolumes", "activedeadline"],
+    # volumes, apivolumes: files follow the pod's metadata and their objects; token refresh;
+    # csi: node expansion of resized claims
+    "observe": ["status", "runtime", "probes", "logs", "volumes", "apivolumes", "csi", "activedeadline"],
     "cleanup": ["logs", "runtime"],
     # node-wide managers (their admit halves are in "admit" above): node-pressure eviction,
     # image and container garbage collection, graceful node shutdown

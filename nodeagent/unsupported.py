@@ -38,9 +38,6 @@ _VOLUME_SOURCE = re.compile(r"^spec\.volumes\[(\d+)\]\.(\w+)$")
 _CONSEQUENTIAL = {
     "spec.runtimeClassName": "the pod would run under the default runtime handler instead of its runtime class",
     "spec.overhead": "the pod's runtime-class overhead would not be accounted for",
-    "spec.containers.volumeDevices": "a raw block device the container asks for would be missing",
-    "spec.initContainers.volumeDevices": "a raw block device the container asks for would be missing",
-    "spec.ephemeralContainers.volumeDevices": "a raw block device the container asks for would be missing",
     "spec.ephemeralContainers.targetContainerName": "the debug container would not share the target's namespaces",
     "spec.resourceClaims.resourceClaim": "a device claim the pod asks for would be missing",
 }

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from nodeagent.model import Pod
 from nodeagent.kube import nodeports
-from nodeagent.stages import NodeInfo, NodeView, Verdict
 from nodeagent.kube.nodeaffinity import MESSAGE, REASON, matches
+from nodeagent.kube.taints import first_untolerated, tolerates
+from nodeagent.model import Pod
+from nodeagent.stages import NodeInfo, NodeView, Verdict
 from plugins.tainttoleration import MESSAGE as TAINT_MESSAGE
 from plugins.tainttoleration import REASON as TAINT_REASON
-from nodeagent.kube.taints import first_untolerated, tolerates
-from tests.agent_helpers import pod_manifest, runtime_objects, running_agent, wait_for
+from tests.agent_helpers import pod_manifest, running_agent, runtime_objects, wait_for
 
 pytestmark = pytest.mark.anyio
 

@@ -141,9 +141,9 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
         # API server's validation forbids beside gates.)
         env.write("good.yaml", pod_manifest("good", topologySpreadConstraints=[
             {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]))
-        # volumeDevices (raw block volumes): the pod would run without its device: refused. (The
-        # device must name a claim volume of the pod: the API server's validation, which static
-        # pods get.)
+        # A raw block device from a persistent volume claim: standalone there is no API server to
+        # read the claim from, and the pod would run without its device: refused. (The device must
+        # name a claim volume of the pod: the API server's validation, which static pods get.)
         env.write("block.yaml", pod_manifest("block", container={"volumeDevices": [{"name": "v", "devicePath": "/dev/xvda"}]},
                                              volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]))
         await env.wait_running("good")
@@ -155,9 +155,9 @@ async def test_malformed_manifests_do_not_disturb_good_ones(containerd: Any, tmp
         conditions = {c["type"]: c for c in env.status_of("good")["conditions"]}
         assert conditions["nodeagent.io/UnhonouredFields"]["message"].endswith("spec.topologySpreadConstraints")
         block = await wait_for(lambda: _phase(env, "block", "Failed"), what="the pod with a block device refused")
-        assert block["reason"] == "UnsupportedPodField"
-        assert block["message"] == ("Pod was rejected: spec.containers[0].volumeDevices is not implemented by "
-                                    "nodeagent: a raw block device the container asks for would be missing")
+        assert block["reason"] == "UnsupportedVolume"
+        assert block["message"] == ('volume "v" is a persistentVolumeClaim volume, which needs the API server, and '
+                                    "this node runs standalone: the pod would run without it")
         assert not await env.running_containers("block")
 
         # A good manifest turning bad keeps its last valid pod running.

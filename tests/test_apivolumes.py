@@ -28,16 +28,16 @@ from cri import types as t
 from nodeagent import labels as L
 from nodeagent.additions import ApiEnv
 from nodeagent.clock import ManualClock
+from nodeagent.kube.configdata import ObjectReader
+from nodeagent.kube.env import FieldError, PodFacts, container_env
 from nodeagent.model import Pod
+from nodeagent.mounttable import mounts_under
 from nodeagent.objects import ObjectError, kinds
 from nodeagent.stages import Verdict
 from plugins.apivolumes import ApiVolumesStage, Settings, api_fields
 from plugins.apivolumes.envsources import resolve_env
-from nodeagent.kube.configdata import ObjectReader
 from plugins.apivolumes.payload import VolumeError, volume_payload
 from plugins.apivolumes.tokens import TOKENS, Token
-from nodeagent.kube.env import FieldError, PodFacts, container_env
-from nodeagent.mounttable import mounts_under
 from tests.agent_helpers import BUSYBOX_IMAGE, AgentEnv, running_agent, wait_for
 
 pytestmark = pytest.mark.anyio

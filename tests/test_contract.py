@@ -1,4 +1,4 @@
-"""The stage contract (conformance.contract) for all twelve built-in stages and the example
+"""The stage contract (conformance.contract) for all thirteen built-in stages and the example
 plugin, each in a real agent, on the in-memory CRI runtime (no root, no containerd: run these
 alone with ``-m "not containerd"``) and on the real containerd.
 
@@ -228,6 +228,45 @@ class TestDraContract(StageContract):
         busy = harness.agent is not None and harness.agent.dispatcher is not None and harness.agent.dispatcher.workers
         prepared = self.driver.prepared()
         return [f"the driver still has claims prepared: {prepared}"] if prepared and not busy else []
+
+
+class TestCsiContract(StageContract):
+    """Standalone, with the hostpath CSI test driver (drivers/csihostpath) registered through the
+    plugin registry: a pod without claims, a claim (refused: no API server to read it from) and
+    a CSI inline volume (no CSIDriver object standalone, so it waits: FailedMount, retried).
+    Claims, attachments and publishing in a cluster: tests/test_csi_cluster.py."""
+
+    plugin = "csi"
+    runtimes = MEMORY
+    config: ClassVar[Mapping[str, Any]] = {"waitSeconds": 0.5, "pollSeconds": 0.1, "reconcilePeriodSeconds": 1}
+
+    @asynccontextmanager
+    async def environment(self, harness: Harness) -> AsyncIterator[None]:
+        import anyio
+
+        from drivers.csihostpath import HostPathDriver
+
+        self.driver = HostPathDriver(registry_dir=harness.config.plugins_registry_dir,
+                                     plugin_dir=harness.base / "csihostpath", state_dir=harness.base / "csi-state",
+                                     node_id="contract")
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.driver.run)
+            yield
+            tg.cancel_scope.cancel()
+
+    def pods(self, harness: Harness) -> list[Pod]:
+        from drivers.csihostpath import DRIVER_NAME
+
+        mounted = _container(volumeMounts=[{"name": "data", "mountPath": "/data"}])
+        return [harness.pod(),
+                harness.pod(containers=[mounted],
+                            volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]),
+                harness.pod(containers=[mounted], volumes=[{"name": "data", "csi": {"driver": DRIVER_NAME}}])]
+
+    def leaks(self, harness: Harness, uid: str) -> list[str]:
+        published = [c for c in self.driver.calls if c.method == "NodePublishVolume"
+                     and not any(u.method == "NodeUnpublishVolume" and u.path == c.path for u in self.driver.calls)]
+        return [f"the driver still has volumes published: {published}"] if published else []
 
 
 class TestRequiredLabelContract(StageContract):

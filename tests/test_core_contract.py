@@ -10,6 +10,7 @@ from typing import ClassVar
 
 import anyio
 import pytest
+from pydantic import ValidationError
 
 from nodeagent.bus import TOPOLOGY, Bus
 from nodeagent.errors import IllegalTransition, PluginError
@@ -223,7 +224,7 @@ async def test_an_inbox_yields_facts_in_order_and_ends_when_the_bus_closes() -> 
 
 def test_events_are_frozen_facts() -> None:
     event = PodAdmitted(pod=PodRef(uid="u"))
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         event.source = "x"  # type: ignore[misc]
     for kind in EVENT_KINDS:
         assert re.match(r"^[A-Z][a-zA-Z]+(ed|en|Found|Waiting|Terminating|Unavailable|Available)$", kind), kind

@@ -33,9 +33,9 @@ from lightkube.resources.resource_v1 import ResourceSlice
 
 from controlplane import ControlPlane
 from devenv import Containerd
-from nodeagent.apiclient import make_api_client
 from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
 from drivers.fakegpu.cluster import MODEL, SlicePublisher, slice_name
+from nodeagent.apiclient import make_api_client
 from tests.agent_helpers import AgentEnv, wait_for
 from tests.test_cluster_node import (
     cluster_config,

@@ -17,19 +17,19 @@ import pytest
 from pydantic import ValidationError
 
 from cri import types as t
+from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
 from nodeagent.events import Event
 from nodeagent.model import Pod
 from nodeagent.objects import FileObjects, kinds
+from nodeagent.pluginwatcher import PluginWatcher
 from nodeagent.sources.static import ManifestError, parse_documents
 from plugins.dra import api, codegen
 from plugins.dra.cdi import CdiError, CdiSpecs
 from plugins.dra.claimfetch import FetchedClaims
-from plugins.dra.resourceclaim import ResourceClaim
 from plugins.dra.claims import ClaimNotReady, pod_claims
-from nodeagent.pluginwatcher import PluginWatcher
 from plugins.dra.registration import DraRegistrations, Drivers
+from plugins.dra.resourceclaim import ResourceClaim
 from plugins.dra.state import CheckpointError, ClaimCache, ClaimEntry
-from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
 
 
 @pytest.fixture

@@ -258,7 +258,7 @@ async def test_the_timeout_fails_every_member_by_the_injected_clock() -> None:
     gang, handle = stage(timeoutSeconds=30)
     members = [pod(f"m{i}", annotations=ours("g", 3)) for i in range(2)]
     contexts = [FakeContext(m) for m in members]
-    for m, ctx in zip(members, contexts):
+    for m, ctx in zip(members, contexts, strict=True):
         await admitted(gang, m)
         result = await gang.permit(ctx)  # type: ignore[arg-type]
         assert result.verdict is Verdict.WAIT and result.retry_after == 5.0

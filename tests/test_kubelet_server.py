@@ -517,7 +517,8 @@ async def _port_forward_with_kubectl(control_plane: ControlPlane, node: str) -> 
                         seen += await process.stdout.receive()
                     except anyio.EndOfStream:
                         assert process.stderr is not None
-                        raise AssertionError(f"kubectl port-forward ended: {(await process.stderr.receive())!r}")
+                        ended = await process.stderr.receive()
+                        raise AssertionError(f"kubectl port-forward ended: {ended!r}") from None
 
             async def fetched() -> bytes:
                 try:

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from nodeagent import labels as L
-from nodeagent.model import Pod
 from nodeagent.kube import env as env_module
 from nodeagent.kube import resources
 from nodeagent.kube.security import normalize_sysctl
+from nodeagent.model import Pod
 from nodeagent.sources.static import ManifestError, parse_documents
 from plugins.podsecurity import SysctlAllowlist
 from plugins.runtime import hosts

@@ -23,6 +23,7 @@ from nodeagent import hostpaths
 from nodeagent.additions import VolumeBind
 from nodeagent.model import Pod
 from nodeagent.mounttable import is_mount_point, mounts_under
+from nodeagent.terminationmessage import create_message_file, read_message
 from nodeagent.volumebind import (
     EscapeError,
     HostPathTypeError,
@@ -32,7 +33,6 @@ from nodeagent.volumebind import (
     open_host_path,
     unbind_pod,
 )
-from nodeagent.terminationmessage import create_message_file, read_message
 from tests.agent_helpers import AgentEnv, running_agent, wait_for
 from tests.test_pod_spec import container, output, pod, run_in
 

@@ -12,8 +12,7 @@ import anyio
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodeagent.stats import UsageCollector, resource_metrics, summary
-from nodeagent.stats import host
+from nodeagent.stats import UsageCollector, host, resource_metrics, summary
 from nodeagent.stats.collector import dir_usage
 from tests.agent_helpers import pod_manifest, running_agent, wait_for
 

@@ -299,7 +299,7 @@ async def test_every_supervised_task_of_a_standalone_agent_survives_an_injected_
         for name in ("pleg", "status", "endpoint", "stage:dra", "source:file"):
             crasher = crashers[name]
             crasher.trigger.set()
-            await wait_for(lambda: anyio.to_thread.run_sync(lambda: crasher.runs == 2), 15, f"{name} restarted")
+            await wait_for(lambda c=crasher: anyio.to_thread.run_sync(lambda: c.runs == 2), 15, f"{name} restarted")
             assert sup.failures.get(name) == 1, sup.failures
         last = agent.relister.last_relist
         await wait_for(lambda: anyio.to_thread.run_sync(lambda: agent.relister.last_relist > last), 10,
@@ -342,7 +342,7 @@ async def test_every_supervised_task_of_a_standalone_agent_survives_an_injected_
         await agent.bus.publish(ev.ManifestRejected(path="/poison", reason="Injected", message=""))
         await agent.bus.publish(ev.OrphanFound(pod=ev.PodRef(uid="poison")))
         for name in ("trace", "eventlog", "metrics", "dispatcher"):
-            await wait_for(lambda: anyio.to_thread.run_sync(lambda: sup.failures.get(name) == 1), 10,
+            await wait_for(lambda n=name: anyio.to_thread.run_sync(lambda: sup.failures.get(n) == 1), 10,
                            f"{name} contained the fact it failed on")
 
         # A pod worker that raises: a new worker takes the pod over.
@@ -399,7 +399,7 @@ async def test_every_supervised_cluster_task_survives_an_injected_failure(
         cluster = self.cluster
         assert cluster is not None
         for name, owner in zip(names, (cluster.events, cluster.mirrors, cluster.node, cluster.lease,
-                                       cluster.status_sink, cluster.source)):
+                                       cluster.status_sink, cluster.source), strict=True):
             crashers[name] = owner.run = Crasher(name, owner.run)  # type: ignore[method-assign]
 
     monkeypatch.setattr(Agent, "__init__", init_with_crashers)
@@ -413,7 +413,7 @@ async def test_every_supervised_cluster_task_survives_an_injected_failure(
         for name in names:
             crasher = crashers[name]
             crasher.trigger.set()
-            await wait_for(lambda: anyio.to_thread.run_sync(lambda: crasher.runs == 2), 20, f"{name} restarted")
+            await wait_for(lambda c=crasher: anyio.to_thread.run_sync(lambda: c.runs == 2), 20, f"{name} restarted")
             assert sup.failures.get(name) == 1, sup.failures
 
         # Each works again: the Lease is renewed, the Node written and Ready, an API pod runs and

@@ -12,9 +12,9 @@ import anyio
 import pytest
 
 from conformance.contract import StageContract
+from conformance.fakecontext import FakePodContext
 from nodeagent.clock import ManualClock
 from nodeagent.model import EmptyDirVolumeSource, HostPathVolumeSource, Pod
-from conformance.fakecontext import FakePodContext
 from nodeagent.mounttable import mounts_under
 from nodeagent.volumeutil import SetupError, atomicwriter, ownership, tmpfs
 from plugins.volumes import VolumesStage, sources

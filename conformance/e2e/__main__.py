@@ -22,6 +22,9 @@ from conformance.e2e import runner
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--focus", help="only selected tests whose name matches this (Python) regex")
     p.add_argument("--slice", choices=["ci"], help="a fixed slice of the selection (ci-slice.yaml)")
+    p.add_argument("--storage-suites", action="store_true",
+                   help="also the upstream storage test suites against the hostpath CSI test driver "
+                        "(External Storage [Driver: hostpath.csi.nodeagent.test], storage.py)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,10 +81,11 @@ def main(argv: list[str] | None = None) -> int:
                               node_timeout=args.node_timeout, suite_timeout=args.suite_timeout,
                               markdown=args.markdown, keep=args.keep, dry_run=args.dry_run,
                               nodeagent_args=args.nodeagent_args, e2e_args=args.e2e_args,
-                              node=args.node, runtime=args.runtime)
+                              node=args.node, runtime=args.runtime, storage_suites=args.storage_suites)
         return runner.run(opts)
     if args.command == "list":
-        return runner.run(runner.Options(focus=args.focus, slice=args.slice, dry_run=True))
+        return runner.run(runner.Options(focus=args.focus, slice=args.slice, dry_run=True,
+                                         storage_suites=args.storage_suites))
     if args.command in ("build", "images"):
         from conformance.e2e import images
         if args.command == "build":
@@ -98,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         from conformance.e2e import report as rep
         from conformance.e2e import selection as sel
         from controlplane import build as cpbuild
-        opts = runner.Options(focus=args.focus, slice=args.slice)
+        opts = runner.Options(focus=args.focus, slice=args.slice, storage_suites=args.storage_suites)
         selected, reasons = runner.compute_selection(cpbuild.binary("e2e.test"), opts)
         parsed = rep.parse_junit(args.junit)
         if args.log:

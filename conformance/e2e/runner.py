@@ -37,6 +37,7 @@ from pathlib import Path
 
 from conformance.e2e import report as rep
 from conformance.e2e import selection as sel
+from conformance.e2e import storage as st
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_WORKDIR = Path("/tmp/nodeagent-e2e")
@@ -67,6 +68,8 @@ class Options:
     node: str = "nodeagent"
     # The containerd (devenv.runtime): None is $NODEAGENT_RUNTIME's choice, containerd 2.x by default.
     runtime: str | None = None
+    # Also the upstream storage test suites against the hostpath CSI test driver (storage.py).
+    storage_suites: bool = False
 
     @property
     def reports(self) -> Path:
@@ -97,14 +100,17 @@ def ensure_binaries() -> Path:
 
 def compute_selection(e2e_test: Path, opts: Options) -> tuple[list[sel.Spec], dict[str, str]]:
     """(selected specs, {name: skip reason}) after slice and focus."""
-    selected = sel.select(sel.list_specs(e2e_test))
+    specs = sel.list_specs(e2e_test, st.e2e_args() if opts.storage_suites else [])
+    selected = sel.select(specs)
+    if opts.storage_suites:
+        selected += sorted((s for s in specs if st.is_selected(s)), key=lambda s: s.name)
     if opts.slice:
         selected = sel.apply_slice(selected, opts.slice)
     if opts.focus:
         import re
         rx = re.compile(opts.focus)
         selected = [s for s in selected if rx.search(s.name)]
-    skips = sel.load_skips()
+    skips = sel.load_skips() + (sel.load_skips(st.SKIP_FILE) if opts.storage_suites else [])
     reasons = {}
     for s in selected:
         r = sel.skip_reason(s.name, skips)
@@ -132,6 +138,11 @@ class Environment:
         self.nodeagent: subprocess.Popen[bytes] | None = None
         self.node_argv: list[str] = []
         self._registry = contextlib.ExitStack()  # the loopback registry mirror, up to down()
+        # The driver registers where the node watches: nodeagent's pluginsRegistryDir (set in
+        # nodeagent_argv), or the kubelet's <root-dir>/plugins_registry.
+        registry = self.node_dir / ("plugins_registry" if opts.node == "nodeagent" else "root/plugins_registry")
+        self.storage = (st.StorageDriver(self.work / "storage", registry, opts.node_name)
+                        if opts.storage_suites else None)
 
     # leftovers of an earlier run in the same directory
     def clean(self) -> None:
@@ -148,7 +159,8 @@ class Environment:
             except ValueError:
                 pass
         _unmount_below(self.work / "node")
-        for sub in ("cp", "ctd", "node"):
+        st.release(self.work / "storage")
+        for sub in ("cp", "ctd", "node", "storage"):
             shutil.rmtree(self.work / sub, ignore_errors=True)
 
     def up(self) -> None:
@@ -180,16 +192,30 @@ class Environment:
         log(f"control plane up in {time.monotonic() - t0:.1f}s ({self.cp.server_url})")
         self.start_nodeagent()
         self.wait_node_ready()
+        if self.storage is not None:
+            t0 = time.monotonic()
+            self.storage.start(self.cp)
+            log(f"hostpath CSI test driver registered after {time.monotonic() - t0:.1f}s "
+                f"(log {self.storage.log_path})")
 
     def nodeagent_argv(self) -> list[str]:
         o = self.opts
+        extra = list(o.nodeagent_args)
+        if self.storage is not None:
+            # The user's --config, with the plugin registry the test driver registers in.
+            user = next((a for a in extra if a.startswith("--config=")), None)
+            extra = [a for a in extra if a != user]
+            config = self.node_dir / "nodeagent-storage.yaml"
+            config.write_text(st.node_config(Path(user.split("=", 1)[1]) if user else None,
+                                             self.storage.registry))
+            extra.append(f"--config={config}")
         return [sys.executable, "-m", "nodeagent", "run",
                 "--kubeconfig", str(self.cp.node_kubeconfig(o.node_name)),
                 "--container-runtime-endpoint", self.ctd.endpoint,
                 "--node-name", o.node_name,
                 "--root-dir", str(self.node_dir / "root"),
                 "--pod-logs-dir", str(self.node_dir / "pods"),
-                *o.nodeagent_args]
+                *extra]
 
     def kubelet_argv(self) -> list[str]:
         """The upstream kubelet (baseline), configured like a kubeadm node on our containerd."""
@@ -268,6 +294,11 @@ class Environment:
             f"({last}; see {self.nodeagent_log.name})", tail(self.nodeagent_log))
 
     def down(self) -> None:
+        if self.storage is not None:
+            try:
+                self.storage.stop()
+            except Exception as e:  # noqa: BLE001 -- teardown must go on
+                log(f"hostpath CSI test driver stop: {e}")
         if self.nodeagent is not None and self.nodeagent.poll() is None:
             _kill(self.nodeagent.pid, proc=self.nodeagent)
         try:
@@ -282,6 +313,8 @@ class Environment:
         # Volumes of pods the node had no time to tear down (an interrupted run) stay mounted
         # under its root dir; a next run in this directory could not remove it otherwise.
         _unmount_below(self.work / "node")
+        _unmount_below(self.work / "storage")
+        st.release(self.work / "storage")
 
 
 def _unmount_below(path: Path) -> None:
@@ -345,6 +378,7 @@ def e2e_flags(env: Environment, report_dir: Path) -> list[str]:
         "--node-schedulable-timeout=3m",
         "--system-pods-startup-timeout=2m",
         f"--container-runtime-endpoint={env.ctd.endpoint}",
+        *(st.e2e_args() if o.storage_suites else []),
         *o.e2e_args,
     ]
 
@@ -440,7 +474,9 @@ def run(opts: Options) -> int:
     e2e = cpbuild.binary("e2e.test")
     selected, skip_reasons = compute_selection(e2e, opts)
     to_run = [s.name for s in selected if s.name not in skip_reasons]
-    what = (f"slice {opts.slice!r}" if opts.slice else "[NodeConformance] + [Conformance] of test/e2e/common")
+    what = (f"slice {opts.slice!r}" if opts.slice else
+            "[NodeConformance] + [Conformance] of test/e2e/common + one-node [Conformance] storage"
+            + (" + External Storage suites (hostpath CSI test driver)" if opts.storage_suites else ""))
     if opts.focus:
         what += f", focus {opts.focus!r}"
     log(f"selected {len(selected)} tests ({what}); {len(skip_reasons)} on the skip list; "
@@ -527,7 +563,7 @@ def run(opts: Options) -> int:
         else:
             env.down()
         # Keep the logs next to the report.
-        for src in (env.nodeagent_log, env.ctd.log_path):
+        for src in (env.nodeagent_log, env.ctd.log_path, *([env.storage.log_path] if env.storage else [])):
             if src.exists():
                 shutil.copy(src, reports / src.name)
         cplogs = env.cp.log_dir

@@ -45,14 +45,14 @@ import grpc
 import structlog
 import yaml
 
+from drivers.fakegpu.cluster import SlicePublisher, allocation
+from nodeagent.pluginwatcher._generated import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
 from plugins.dra._generated import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
 )
-from nodeagent.pluginwatcher._generated import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
-from drivers.fakegpu.cluster import SlicePublisher, allocation
 
 log = structlog.get_logger("fakegpu")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import anyio
 
+from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
 from nodeagent import logs
 from nodeagent.apiclient import make_api_client
-from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logs.configure("console", logging.INFO)
     driver = FakeGpuDriver(
-        registry_dir=args.registry_dir, plugin_dir=args.plugin_dir or Path("/var/lib/kubelet/plugins") / args.driver_name,
+        registry_dir=args.registry_dir,
+        plugin_dir=args.plugin_dir or Path("/var/lib/kubelet/plugins") / args.driver_name,
         cdi_dir=args.cdi_dir, driver_name=args.driver_name, devices=args.devices, claims_dir=args.claims_dir,
         services=[s for s in args.services.split(",") if s], fail=args.fail, call_log=args.call_log,
         node_name=args.node_name)

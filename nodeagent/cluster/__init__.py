@@ -41,6 +41,7 @@ EVENT_BURST = 100  # eventBurst
 class ClusterMode:
     def __init__(self, api: Any, config: AgentConfig, node: NodeInfo, runtime: RuntimeClient,
                  relister: Relister, bus: Bus, clock: Clock, kubelet_port: Callable[[], int] | None = None,
+                 volumes_in_use: Callable[[], list[str]] | None = None,
                  conditions: NodeConditions | None = None) -> None:
         self.api = api
         self._bus = bus
@@ -51,7 +52,7 @@ class ClusterMode:
         self.events = KubeEvents(api, node.name, qps=EVENT_QPS, burst=EVENT_BURST, clock=clock)
         self.node = NodeStatus(api, config, node, runtime,
                                lambda: (relister.healthy, relister.last_relist), clock, self.events.record_node,
-                               kubelet_port=kubelet_port, conditions=conditions)
+                               kubelet_port=kubelet_port, volumes_in_use=volumes_in_use, conditions=conditions)
         self.lease = NodeLease(api, node.name, config.node_lease_duration_seconds, lambda: self.node.uid, clock)
         self.mirrors = MirrorPods(api, node.name, self.limiter, lambda: self.node.uid, clock,
                                   on_mirror_changed=lambda: self.status_sink.wake())

@@ -157,7 +157,8 @@ class KubeEvents:
             if event.already_present:
                 # The 1.37 kubelet's words (KubeletEnsureSecretPulledImages on: the pod's access was checked).
                 self.record(at, NORMAL, "Pulled",
-                            f'Container image "{event.image}" already present on machine and can be accessed by the pod')
+                            f'Container image "{event.image}" already present on machine '
+                            "and can be accessed by the pod")
             else:
                 self.record(at, NORMAL, "Pulled", f'Successfully pulled image "{event.image}"')
         elif isinstance(event, ev.ContainerCreated):

@@ -112,6 +112,7 @@ class NodeLease:
         """Owned by the Node once we know its UID (the Node may register after the first renewal)."""
         uid = self._node_uid()
         meta = lease.setdefault("metadata", {})
-        if uid is None or any(r.get("kind") == "Node" and r.get("uid") == uid for r in meta.get("ownerReferences") or []):
+        owners = meta.get("ownerReferences") or []
+        if uid is None or any(r.get("kind") == "Node" and r.get("uid") == uid for r in owners):
             return
         meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self._node, "uid": uid}]

@@ -58,6 +58,7 @@ Only what nodeagent honours: pod-level and non-sidecar init container in-place r
 (plugins/runtime/resize.py) and RestartAllContainers (plugins/runtime/restartall.py); not
 memory-backed emptyDir resize."""
 
+CONTROLLER_MANAGED_ATTACH_DETACH = "volumes.kubernetes.io/controller-managed-attach-detach"
 KUBE_VERSION = "v1.37.2"
 """The Kubernetes release whose kubelet behaviour we implement (tests run its control plane)."""
 KUBELET_VERSION = f"{KUBE_VERSION}+nodeagent.{__version__}"
@@ -162,7 +163,8 @@ class NodeStatus:
     def __init__(self, api: Any, config: AgentConfig, node: NodeInfo, runtime: RuntimeClient,
                  relister_health: Callable[[], tuple[bool, float]], clock: Clock | None = None,
                  record_event: Callable[[str, str, str], None] | None = None,
-                 kubelet_port: Callable[[], int] | None = None, conditions: NodeConditions | None = None) -> None:
+                 kubelet_port: Callable[[], int] | None = None, conditions: NodeConditions | None = None,
+                 volumes_in_use: Callable[[], list[str]] | None = None) -> None:
         self._api = api
         self._config = config
         self._node = node
@@ -174,6 +176,9 @@ class NodeStatus:
         """Conditions node-level managers report (pressures, Ready while shutting down)."""
         self._kubelet_port = kubelet_port or (lambda: config.port)
         """Where the kubelet API listens (the bound port when ``port`` is 0)."""
+        self._volumes_in_use = volumes_in_use or (lambda: [])
+        """status.volumesInUse: the attachable volumes the node's pods want or have mounted (the
+        attach-detach controller detaches none of them)."""
         self.uid: str | None = None
         self.registered = anyio.Event()
         self._runtime_version = ""
@@ -217,14 +222,19 @@ class NodeStatus:
         spec: dict[str, Any] = {}
         if self._config.register_with_taints:
             spec["taints"] = [t.model_dump(exclude_defaults=True) for t in self._config.register_with_taints]
-        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "labels": labels}, "spec": spec}
+        # The kubelet's enableControllerAttachDetach (default): the attach-detach controller
+        # attaches this node's volumes (VolumeAttachments); the node only waits for them.
+        annotations = {CONTROLLER_MANAGED_ATTACH_DETACH: "true"}
+        body = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": self.name, "labels": labels, "annotations": annotations}, "spec": spec}
         try:
             created = await self._api.create(Node.from_dict(body))
             log.info("node registered", node=self.name)
         except Exception as exc:
             if not is_conflict(exc):
                 raise
-            created = await self._api.patch(Node, self.name, {"metadata": {"labels": labels}},
+            created = await self._api.patch(Node, self.name, {"metadata": {"labels": labels,
+                                                                           "annotations": annotations}},
                                             patch_type=PatchType.MERGE)
             log.info("node exists; updated it", node=self.name)
         self.uid = created.metadata.uid
@@ -292,6 +302,7 @@ class NodeStatus:
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self._kubelet_port()}},
             "declaredFeatures": list(DECLARED_FEATURES),
             "images": await self._images(),
+            "volumesInUse": sorted(self._volumes_in_use()),
             "nodeInfo": {
                 "machineID": _read("/etc/machine-id"),
                 "systemUUID": _read("/sys/class/dmi/id/product_uuid"),

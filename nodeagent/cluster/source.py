@@ -5,9 +5,10 @@ and publishes the same facts as the static source: ``PodSpecObserved`` (origin `
 pod appears or its metadata or spec change (status-only changes, most of them our own writes,
 are not news; the conditions its readiness gates name are), and ``PodDeletionRequested`` when a
 deletion is requested (deletionTimestamp, with metadata.deletionGracePeriodSeconds; again if a
-later request shortens the grace) or when the object disappears. The watch resumes from the last resourceVersion seen; when that is too
-old (410 Gone) the source lists again and turns the difference into facts. When the API server
-goes away the source backs off and keeps trying; the pods it already knows keep running.
+later request shortens the grace) or when the object disappears. The watch resumes from the last
+resourceVersion seen; when that is too old (410 Gone) the source lists again and turns the
+difference into facts. When the API server goes away the source backs off and keeps trying; the
+pods it already knows keep running.
 
 Mirror pods (the API's copies of our static pods) come through the same watch; they are handed
 to the mirror manager, never run. A pod the API already shows as finished (Succeeded/Failed)

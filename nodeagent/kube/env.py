@@ -16,8 +16,8 @@ from decimal import Decimal
 
 from nodeagent import quantity
 from nodeagent.additions import ApiEnv
-from nodeagent.model import Container, Pod, ResourceFieldSelector
 from nodeagent.kube.resources import requests_of
+from nodeagent.model import Container, Pod, ResourceFieldSelector
 
 OPERATOR = "$"
 

@@ -11,8 +11,8 @@ their handle and ask it for
   handlers;
 * ``get(kind, name, namespace)`` — one object by name through a cache (how a node reads the
   secrets and configMaps of its pods);
-* ``create`` / ``delete`` — the writes stages make (a TokenRequest, the node's own
-  ResourceSlices).
+* ``create`` / ``update`` / ``patch`` / ``delete`` — the writes stages make (a TokenRequest,
+  the node's own ResourceSlices, its CSINode, a PVC's status after a node expansion).
 
 The core runs the store (``run``) under its supervisor; the backends are
 :class:`~nodeagent.objects.apistore.ApiObjects` and
@@ -56,6 +56,14 @@ class ObjectStore(Protocol):
 
     async def create(self, kind: Kind, body: Mapping[str, Any], namespace: str | None = None, *,
                      name: str | None = None, subresource: str | None = None) -> Snapshot: ...
+
+    async def update(self, kind: Kind, body: Mapping[str, Any], namespace: str | None = None, *,
+                     subresource: str | None = None) -> Snapshot:
+        """PUT the whole object (conditional on its resourceVersion: 409 when stale)."""
+
+    async def patch(self, kind: Kind, name: str, patch: Mapping[str, Any], namespace: str | None = None, *,
+                    subresource: str | None = None, merge: str = "merge") -> Snapshot:
+        """A JSON merge patch (``merge="merge"``) or strategic merge patch (``"strategic"``)."""
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None: ...
 

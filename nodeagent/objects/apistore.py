@@ -10,8 +10,9 @@ make, all with the node's credentials, through the one API client the agent has.
 * :meth:`ApiObjects.get` — a read by name through a cache (the kubelet's ``Cache`` change
   detection strategy for secrets and configMaps: a node may read only the objects its pods
   use, one by one); a missing object is remembered for a shorter time than a found one.
-* :meth:`ApiObjects.create` / :meth:`delete` — the writes stages need (a TokenRequest, the
-  deletion of the node's own ResourceSlices).
+* :meth:`ApiObjects.create` / :meth:`update` / :meth:`patch` / :meth:`delete` — the writes
+  stages need (a TokenRequest, the deletion of the node's own ResourceSlices, the node's
+  CSINode, a PVC's status after a node expansion).
 
 Which version of a kind to use is found once per group from the API server's discovery
 (``/apis/<group>``), trying the kind's versions newest first.
@@ -238,6 +239,28 @@ class ApiObjects:
         path = await self._member(kind, namespace, name) if name else await self._collection(kind, namespace)
         return await self._send("POST", f"{path}/{subresource}" if subresource else path, body=dict(body))
 
+    async def update(self, kind: Kind, body: Mapping[str, Any], namespace: str | None = None, *,
+                     subresource: str | None = None) -> Snapshot:
+        """PUT ``body`` (named by its metadata; its resourceVersion, if any, makes the write
+        conditional: a 409 says someone else wrote first — read again and retry)."""
+        name = str((body.get("metadata") or {}).get("name") or "")
+        path = await self._member(kind, namespace, name)
+        written = await self._send("PUT", f"{path}/{subresource}" if subresource else path, body=dict(body))
+        self._cache[(kind, namespace or "", name)] = (self._clock.monotonic(), written)
+        return written
+
+    async def patch(self, kind: Kind, name: str, patch: Mapping[str, Any], namespace: str | None = None, *,
+                    subresource: str | None = None, merge: str = "merge") -> Snapshot:
+        """PATCH with a JSON merge patch (``merge="merge"``) or a strategic merge patch
+        (``"strategic"``, core kinds only)."""
+        path = await self._member(kind, namespace, name)
+        content_type = {"merge": "application/merge-patch+json",
+                        "strategic": "application/strategic-merge-patch+json"}[merge]
+        written = await self._send("PATCH", f"{path}/{subresource}" if subresource else path, body=dict(patch),
+                                   content_type=content_type)
+        self._cache[(kind, namespace or "", name)] = (self._clock.monotonic(), written)
+        return written
+
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
         try:
             await self._send("DELETE", await self._member(kind, namespace, name))
@@ -255,11 +278,15 @@ class ApiObjects:
         return f"{await self._collection(kind, namespace or ('default' if kind.namespaced else None))}/{name}"
 
     async def _send(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
-                    body: dict[str, Any] | None = None) -> dict[str, Any]:
+                    body: dict[str, Any] | None = None, content_type: str | None = None) -> dict[str, Any]:
         http = self._api._client._client  # lightkube's httpx session: base URL, TLS and credentials
         self.requests += 1
         try:
-            response = await http.request(method, path, params=params, json=body)
+            if content_type is None:
+                response = await http.request(method, path, params=params, json=body)
+            else:
+                response = await http.request(method, path, params=params, content=json.dumps(body).encode(),
+                                              headers={"Content-Type": content_type})
         except httpx.HTTPError as exc:
             raise ObjectError(f"{method} {path}: {type(exc).__name__}: {exc}", None) from exc
         if response.status_code >= 400:

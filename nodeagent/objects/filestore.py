@@ -124,6 +124,14 @@ class FileObjects:
                      name: str | None = None, subresource: str | None = None) -> Snapshot:
         raise ObjectError(f"standalone: no API server to create {kind} in", None)
 
+    async def update(self, kind: Kind, body: Mapping[str, Any], namespace: str | None = None, *,
+                     subresource: str | None = None) -> Snapshot:
+        raise ObjectError(f"standalone: no API server to update {kind} in", None)
+
+    async def patch(self, kind: Kind, name: str, patch: Mapping[str, Any], namespace: str | None = None, *,
+                    subresource: str | None = None, merge: str = "merge") -> Snapshot:
+        raise ObjectError(f"standalone: no API server to patch {kind} {name} in", None)
+
     async def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
         raise ObjectError(f"standalone: no API server to delete {kind} {name} from", None)
 

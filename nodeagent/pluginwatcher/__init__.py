@@ -82,7 +82,8 @@ def polling(handlers: Mapping[str, Any]) -> tuple[float, float]:
     """(poll, health check) seconds: the kubelet's 1 s and 10 s, or faster where a handler asks
     for it (its ``poll_seconds`` / ``health_seconds``, e.g. a test's tuning)."""
     poll = min([1.0, *(getattr(h, "poll_seconds", 1.0) for h in handlers.values())])
-    health = min([HEALTH_CHECK_SECONDS, *(getattr(h, "health_seconds", HEALTH_CHECK_SECONDS) for h in handlers.values())])
+    health = min([HEALTH_CHECK_SECONDS,
+                  *(getattr(h, "health_seconds", HEALTH_CHECK_SECONDS) for h in handlers.values())])
     return poll, health
 
 

@@ -427,7 +427,8 @@ class _Composer:
             if value is _MERGE_KEY:
                 pass
             elif not isinstance(value, str):
-                self._fail("ManifestInvalid", f"a mapping key must be a string, not {describe_kind(value)}", mark, top.path)
+                self._fail("ManifestInvalid", f"a mapping key must be a string, not {describe_kind(value)}", mark,
+                           top.path)
             elif value in top.value:
                 self._fail("ManifestInvalid", "duplicate key", mark, (*top.path, value))
             top.key, top.key_mark, top.has_key = value, mark, True

@@ -34,6 +34,9 @@ HOUSEKEEPING_SECONDS = 10.0
 VOLUME_STATS_SECONDS = 60.0
 """The kubelet's volumeStatsAggPeriod: directories are walked this often."""
 CRI_TIMEOUT_SECONDS = 10.0
+MEASURED_PLUGINS = frozenset({"kubernetes.io~csi"})
+"""Volume directories whose figures come from their stage (``volume_providers``), not a walk:
+a CSI volume's content is the driver's to measure, and may be remote."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,10 @@ class UsageCollector:
     _wake: anyio.Event = field(default_factory=anyio.Event)
     listeners: list[Callable[[Usage], None]] = field(default_factory=list)
     """Called with every new sample (eviction's monitor)."""
+    volume_providers: list[Callable[[str], Iterable[VolumeUsage]]] = field(default_factory=list)
+    """Figures of volumes a stage measures itself, by pod UID (the csi stage's
+    ``volume_usage``: NodeGetVolumeStats, with the PVC). Their plugin directories are not
+    walked, and a PVC's volume is not the pod's ephemeral storage."""
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Sample now, then every housekeeping period or when asked (``request``). Reports
@@ -378,9 +385,14 @@ class UsageCollector:
         return tuple(out)
 
     def _volumes(self, uid: str, now: float) -> Iterable[VolumeUsage]:
+        for provider in self.volume_providers:
+            try:
+                yield from provider(uid)
+            except Exception as exc:  # noqa: BLE001 -- a stage's bug costs its figures, not the sample
+                log.warning("volume figures of a stage failed", pod=uid, error=repr(exc))
         base = self.root_dir / "pods" / uid / "volumes"
         try:
-            plugins = sorted(p for p in base.iterdir() if p.is_dir())
+            plugins = sorted(p for p in base.iterdir() if p.is_dir() and p.name not in MEASURED_PLUGINS)
         except OSError:
             return
         for plugin in plugins:
@@ -460,7 +472,7 @@ def _ephemeral(containers: tuple[ContainerUsage, ...] | list[ContainerUsage], vo
     """rootfs + logs + the pod's volumes on the node's disk (the kubelet's ephemeral-storage)."""
     used = sum((c.rootfs.used_bytes or 0) if c.rootfs else 0 for c in containers)
     used += sum((c.logs.used_bytes or 0) if c.logs else 0 for c in containers)
-    used += sum(v.fs.used_bytes or 0 for v in volumes)
+    used += sum(v.fs.used_bytes or 0 for v in volumes if v.pvc is None)
     return Fs(time=now, used_bytes=used)
 
 

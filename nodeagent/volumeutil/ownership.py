@@ -6,8 +6,8 @@ setgid bit, so that files containers create later belong to the fsGroup too.
 The kubelet does this for the volume types that manage ownership: emptyDir (read-write mask),
 and configMap, secret, projected and downwardAPI (read-only mask, applied by the atomic writer
 to each new payload before it becomes visible). It passes no fsGroupChangePolicy for any of
-them: ``OnRootMismatch`` only shortens the walk for persistent volumes, which nodeagent does
-not implement, so these volumes are always walked whatever the policy says.
+them: ``OnRootMismatch`` only shortens the walk for persistent volumes (plugins/csi, through
+:func:`root_mismatch`), so these volumes are always walked whatever the policy says.
 """
 
 from __future__ import annotations
@@ -35,6 +35,21 @@ def owned_mode(mode: int, *, read_only: bool, is_dir: bool = False) -> int:
     if is_dir:
         mask |= EXEC_MASK | stat.S_ISGID
     return stat.S_IMODE(mode) | mask
+
+
+def root_mismatch(root: Path, fs_group: int, *, read_only: bool) -> bool:
+    """``fsGroupChangePolicy: OnRootMismatch`` (the kubelet's requiresPermissionChange): walk
+    the volume only when its root does not show the ownership a walk gives — the fsGroup gid,
+    the group bits of the mask and search, and setgid (a root that is not a directory, or
+    cannot be read, is always walked)."""
+    try:
+        info = root.stat()
+    except OSError:
+        return True
+    if info.st_gid != fs_group or not stat.S_ISDIR(info.st_mode):
+        return True
+    wanted = (RO_MASK if read_only else RW_MASK) | EXEC_MASK
+    return (stat.S_IMODE(info.st_mode) & wanted) != wanted or not info.st_mode & stat.S_ISGID
 
 
 def set_volume_ownership(root: Path, fs_group: int, *, read_only: bool) -> None:

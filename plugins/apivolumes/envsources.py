@@ -9,8 +9,8 @@ kubelet's message until the object appears (the kubelet's behaviour).
 from __future__ import annotations
 
 from nodeagent.additions import ApiEnv
-from nodeagent.model import Container
 from nodeagent.kube.configdata import Kind, ObjectData, ObjectReader, ObjectUnavailable
+from nodeagent.model import Container
 
 
 def uses_api(container: Container) -> bool:

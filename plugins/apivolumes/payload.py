@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
+from nodeagent.kube.configdata import Kind, ObjectData, ObjectReader, ObjectUnavailable
+from nodeagent.kube.downward import downward_payload
+from nodeagent.kube.env import FieldError, PodFacts
 from nodeagent.model import (
     DownwardAPIVolumeSource,
     KeyToPath,
@@ -17,11 +20,8 @@ from nodeagent.model import (
     ProjectedVolumeSource,
     Volume,
 )
-from nodeagent.kube.configdata import Kind, ObjectData, ObjectReader, ObjectUnavailable
-from plugins.apivolumes.tokens import TokenUnavailable
-from nodeagent.kube.env import FieldError, PodFacts
-from nodeagent.kube.downward import downward_payload
 from nodeagent.volumeutil.ownership import fs_group_of
+from plugins.apivolumes.tokens import TokenUnavailable
 
 Payload = dict[str, tuple[bytes, int]]
 TokenSource = Callable[[str, int], Awaitable[str]]

@@ -16,7 +16,6 @@ from typing import Any
 import grpc
 
 from nodeagent.pluginwatcher import target
-
 from plugins.dra._generated import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,

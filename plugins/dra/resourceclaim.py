@@ -13,6 +13,7 @@ from pydantic import Field
 
 from nodeagent.model import ObjectMeta, _ApiModel
 
+
 class DeviceRequestAllocationResult(_ApiModel):
     request: str
     """The request of the claim this device was allocated for (``req`` or ``req/subrequest``)."""

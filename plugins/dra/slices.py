@@ -11,8 +11,8 @@ never be prepared. So, as the kubelet's DRA plugin manager does:
   deleted ``delay`` seconds later (the kubelet's 30 s), unless it registers again before.
 
 The node's credentials allow exactly this: list and watch with a ``spec.nodeName`` field
-selector (a view of the object store) and delete of the node's own slices. Failures are retried with back-off (1 s doubling to 5 min, as
-the kubelet) and never stop anything else.
+selector (a view of the object store) and delete of the node's own slices. Failures are retried
+with back-off (1 s doubling to 5 min, as the kubelet) and never stop anything else.
 """
 
 from __future__ import annotations

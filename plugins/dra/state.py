@@ -115,7 +115,8 @@ def _state(e: ClaimEntry) -> dict[str, Any]:
 def _entry(x: dict[str, Any]) -> ClaimEntry:
     drivers = {
         name: [Device(pool_name=d.get("PoolName", ""), device_name=d.get("DeviceName", ""),
-                      request_names=tuple(d.get("RequestNames") or ()), cdi_device_ids=tuple(d.get("CDIDeviceIDs") or ()),
+                      request_names=tuple(d.get("RequestNames") or ()),
+                      cdi_device_ids=tuple(d.get("CDIDeviceIDs") or ()),
                       share_id=d.get("ShareID"))
                for d in (state or {}).get("Devices") or []]
         for name, state in (x.get("DriverState") or {}).items()

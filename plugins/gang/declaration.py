@@ -158,7 +158,8 @@ def _coscheduling(pod: Pod, catalog: GroupCatalog) -> _Found | None:
         timeout = _path(obj, "spec", "scheduleTimeoutSeconds")
         return _Found("coscheduling", name, _count(_path(obj, "spec", "minMember"), "minMember"),
                       f"PodGroup {name} spec.minMember",
-                      _seconds(timeout, "scheduleTimeoutSeconds") if timeout is not None else COSCHEDULING_DEFAULT_TIMEOUT)
+                      _seconds(timeout, "scheduleTimeoutSeconds") if timeout is not None
+                      else COSCHEDULING_DEFAULT_TIMEOUT)
     if COSCHEDULING_LEGACY_LABEL in labels:  # the older "lightweight coscheduling": all on the pod
         raw = labels.get(COSCHEDULING_LEGACY_MIN)
         return _Found("coscheduling", labels[COSCHEDULING_LEGACY_LABEL],
@@ -167,7 +168,8 @@ def _coscheduling(pod: Pod, catalog: GroupCatalog) -> _Found | None:
     return None
 
 
-def _podgroup_by_annotation(source: str, keys: tuple[str, ...], api_group: str) -> Callable[[Pod, GroupCatalog], _Found | None]:
+def _podgroup_by_annotation(source: str, keys: tuple[str, ...],
+                            api_group: str) -> Callable[[Pod, GroupCatalog], _Found | None]:
     def find(pod: Pod, catalog: GroupCatalog) -> _Found | None:
         for key in keys:
             name = pod.metadata.annotations.get(key)

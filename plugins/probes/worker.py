@@ -8,14 +8,15 @@ observe loop restarts it per restartPolicy (with its CrashLoopBackOff)."""
 
 from __future__ import annotations
 
-from typing import Any
 import time
+from typing import Any
 
 import anyio
 
 from cri import CriError, NotFound
 from nodeagent.clock import Clock
 from nodeagent.model import Container
+from nodeagent.podfacts import STARTUP_PASSED
 from nodeagent.runtimeview import ContainerRecord
 from nodeagent.stages import PodContext
 from plugins.probes.events import (
@@ -26,7 +27,6 @@ from plugins.probes.events import (
 )
 from plugins.probes.metrics import FAILED, SUCCESSFUL, UNKNOWN, ProbeMetrics
 from plugins.probes.prober import ProbeError, Target, run_probe
-from nodeagent.podfacts import STARTUP_PASSED
 from plugins.probes.results import Outcome, ProbeState, ProbeType, Result
 
 MINIMUM_GRACE_SECONDS = 2  # minimumGracePeriodInSeconds

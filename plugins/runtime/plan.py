@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from nodeagent.model import Container, Pod
-from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.kube.restartpolicy import (
     container_should_restart,
     init_failed,
     is_sidecar,
     should_restart,
 )
+from nodeagent.model import Container, Pod
+from nodeagent.runtimeview import ContainerRecord, PodRuntime
 
 Kind = Literal["init", "sidecar", "container", "ephemeral"]
 

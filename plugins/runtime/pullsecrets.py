@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from nodeagent.stages import PodContext
 from nodeagent.kube.configdata import ObjectReader, ObjectUnavailable
+from nodeagent.stages import PodContext
 from plugins.runtime.keyring import Keyring, KeyringError, auths_of
 
 

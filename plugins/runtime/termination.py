@@ -27,9 +27,9 @@ from cri import CriError, NotFound
 from cri import types as t
 from nodeagent import labels as L
 from nodeagent.events import ContainerStopped
+from nodeagent.kube.restartpolicy import is_sidecar
 from nodeagent.model import Container, ContainerPort, LifecycleHandler, Pod
 from nodeagent.stages import PodContext
-from nodeagent.kube.restartpolicy import is_sidecar
 from plugins.runtime.events import ContainerKilled, HookFailed
 from plugins.runtime.hooks import HookError, HookTarget, format_pod, run_hook
 

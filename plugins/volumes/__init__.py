@@ -142,16 +142,22 @@ class VolumesStage(Prepare, Observe):
 
     async def unprepare(self, ctx: PodContext) -> None:
         # Found on disk and in the mount table, not remembered: this may be a restarted agent.
-        volumes_dir = ctx.pod_dir / hostpaths.VOLUMES
-        for mount_point in mounts_under(volumes_dir):
-            await unmount(mount_point)
-        left = mounts_under(volumes_dir)
-        if left:
-            # Never delete into a mount: its contents are not ours to remove.
-            ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])
-            return
-        await anyio.to_thread.run_sync(lambda: shutil.rmtree(volumes_dir, ignore_errors=True))
-        ctx.additions.withdraw()
+        # Only this stage's own volume kinds: the others' (a CSI driver's publication) are
+        # their stages' to undo, through their drivers.
+        kept = False
+        for plugin in (sources.EMPTY_DIR, sources.DOWNWARD_API):
+            directory = ctx.pod_dir / hostpaths.VOLUMES / plugin
+            for mount_point in mounts_under(directory):
+                await unmount(mount_point)
+            left = mounts_under(directory)
+            if left:
+                # Never delete into a mount: its contents are not ours to remove.
+                ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])
+                kept = True
+                continue
+            await anyio.to_thread.run_sync(lambda d=directory: shutil.rmtree(d, ignore_errors=True))
+        if not kept:
+            ctx.additions.withdraw()
 
 
 def plugin(config: Mapping[str, Any], handle: AgentHandle) -> VolumesStage:

@@ -1,6 +1,9 @@
-"""Pod start latency and throughput: nodeagent against a raw-CRI baseline, same run, same containerd.
+"""Pod start latency and throughput: nodeagent against a raw-CRI baseline and the upstream kubelet,
+same run, same containerd.
 
-    python -m benchmarks.pod_start                 # sizes 1, 30, 110 (about 2-4 minutes)
+    python -m benchmarks.pod_start                 # sizes 1, 30, 110 (+ the kubelet if it is built)
+    python -m benchmarks.pod_start --peer none     # without the kubelet (about 2-4 minutes)
+    python -m benchmarks.pod_start --peer kubelet  # build the kubelet if needed; 3 rounds (10-40 min)
     python -m benchmarks.pod_start --quick         # sizes 1, 10
     python -m benchmarks.pod_start --sizes 5,50 --append benchmarks/RESULTS.md
 
@@ -22,9 +25,17 @@ What happens, for each size N (one busybox container per pod, ``sleep 3600``):
    dirs, a static pod dir, its local endpoint on a free loopback port); N manifests are written
    into the static pod dir, then removed.
 
-Both are timed the same way: from the start (first manifest written / first call issued) until
+3. **kubelet** (``--peer``; by default whenever ``python -m controlplane build kubelet`` has put it
+   in the cache): the upstream kubelet, standalone with a static pod dir (benchmarks/kubelet_peer.py
+   says how it is configured and kept from the shared host), the same N manifests; its teardown
+   is polled to *stopped* and, separately, to *empty* (its container GC removes sandboxes once a
+   minute), then whatever is left is removed through CRI. benchmarks/sidebyside.py computes the
+   per-round nodeagent / kubelet ratios and issue 19's goals.
+
+All are timed the same way: from the start (first manifest written / first call issued) until
 every pod's containers are RUNNING as seen by a CRI ListContainers poll every 50 ms; teardown until
-ListPodSandbox and ListContainers are both empty. Per-pod latency is the poll time at which that
+nothing runs (no running container, no ready sandbox: *stopped*) and until ListPodSandbox and
+ListContainers are both empty. Per-pod latency is the poll time at which that
 pod was first seen running, counted from the start (like density_test.go's create → Running).
 nodeagent's own view comes from its trace (``/trace/UID``: PodStarted.seconds_since_observed and
 the events before it) and its ``/metrics`` (relist and stage histograms). Memory and CPU are read
@@ -39,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -52,7 +62,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +73,8 @@ if __package__ in (None, ""):  # run as `python benchmarks/pod_start.py`
 import anyio
 
 import devenv
+from benchmarks import kubelet_peer, sidebyside
+from benchmarks.stats import merge, pct
 from cri import RuntimeClient
 from cri import types as t
 from nodeagent import labels as L
@@ -78,7 +90,10 @@ DEFAULT_SIZES = (1, 30, 110)
 QUICK_SIZES = (1, 10)
 BASELINE_CONCURRENCY = 16
 GRACE_SECONDS = 2  # the kubelet's (and nodeagent's) minimum; sleep as PID 1 waits it out
-AGENT_SETTLE_SECONDS = 1.5  # idle time after the agent is healthy, before the manifests
+SETTLE_SECONDS = 5.0
+"""Idle time after the agent (or the kubelet) is healthy, before the manifests: both do start-up
+work for a few seconds after their health endpoint answers (the kubelet's first housekeeping and
+cAdvisor's first stats, the agent's first relists), which the idle RSS should not catch."""
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MiB = 2**20
 
@@ -86,20 +101,19 @@ MiB = 2**20
 # --------------------------------------------------------------------------- small helpers
 
 
-def pct(values: Iterable[float], p: float) -> float | None:
-    """density_test.go's percentile: element ceil(n*p/100) - 1 of the sorted list."""
-    data = sorted(values)
-    if not data:
-        return None
-    return data[max(math.ceil(len(data) * p / 100) - 1, 0)]
-
-
-def proc_cpu(pid: int, tid: int | None = None) -> float:
-    """utime + stime of a whole process (all threads), or of one of its threads, in seconds."""
+def proc_cpu(pid: int, tid: int | None = None, children: bool = False) -> float:
+    """utime + stime of a whole process (all threads), or of one of its threads, in seconds;
+    with ``children``, plus cutime + cstime (the children it has waited for: a mount, a helper)."""
     with open(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat") as f:
-        text = f.read()
+        return stat_cpu_ticks(f.read(), children) / CLK_TCK
+
+
+def stat_cpu_ticks(text: str, children: bool = False) -> int:
+    """utime + stime (+ cutime + cstime) in clock ticks from a /proc/PID/stat line (fields 14-17;
+    the command name in parentheses may hold spaces and parentheses, so split after the last)."""
     fields = text[text.rfind(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    ticks = int(fields[11]) + int(fields[12])
+    return ticks + (int(fields[13]) + int(fields[14]) if children else 0)
 
 
 def proc_mem(pid: int) -> dict[str, int]:
@@ -174,13 +188,15 @@ def load_average() -> str:
 # --------------------------------------------------------------------------- watching the runtime
 
 
-async def poll_running(client: RuntimeClient, node: str, expected: dict[str, int], t0: float,
+async def poll_running(client: RuntimeClient, selector: dict[str, str], expected: dict[str, int], t0: float,
                        timeout: float) -> dict[str, float]:
     """Seconds after t0 at which each pod (by pod name label) first had all its containers
-    RUNNING, polling ListContainers every POLL_SECONDS."""
+    RUNNING, polling ListContainers every POLL_SECONDS. ``selector`` narrows the listing to one
+    system's containers ({} for the kubelet, whose containers carry no label of ours: the
+    runtime holds one system's pods at a time)."""
     seen: dict[str, float] = {}
     tick = time.monotonic()
-    flt = t.ContainerFilter(state=t.ContainerState.CONTAINER_RUNNING, label_selector={L.MANAGED_BY: node})
+    flt = t.ContainerFilter(state=t.ContainerState.CONTAINER_RUNNING, label_selector=selector)
     while True:
         containers = await client.list_containers(flt)
         now = time.monotonic() - t0
@@ -201,20 +217,70 @@ async def poll_running(client: RuntimeClient, node: str, expected: dict[str, int
         await anyio.sleep(max(tick - time.monotonic(), 0))
 
 
-async def poll_empty(client: RuntimeClient, t0: float, timeout: float) -> float:
-    """Seconds after t0 at which the runtime held no sandbox and no container."""
+@dataclass
+class Teardown:
+    """When a teardown reached its two ends, in seconds after its start: *stopped* (no running
+    container, no ready sandbox: nothing of the pods runs) and *empty* (nothing left in the
+    runtime). The kubelet stops a deleted pod at once but removes its sandbox only in its
+    container GC, once a minute (kubelet.go ContainerGCPeriod); nodeagent removes it itself."""
+
+    stopped: float
+    empty: float | None  # None: not empty within the empty timeout (allowed for the kubelet)
+
+
+async def poll_teardown(client: RuntimeClient, t0: float, timeout: float, *, empty_timeout: float | None = None,
+                        at_stopped: Callable[[], None] | None = None) -> Teardown:
+    """Poll until stopped and then empty (see Teardown). ``timeout`` bounds the stopped end and,
+    without ``empty_timeout``, the empty end too (both raise); past ``empty_timeout`` the empty end
+    is None instead. ``at_stopped`` runs at the poll that first sees the pods stopped (to read
+    the process's CPU there)."""
     tick = time.monotonic()
+    stopped: float | None = None
     while True:
         sandboxes = await client.list_pod_sandbox()
         containers = await client.list_containers()
         now = time.monotonic() - t0
+        if stopped is None and is_stopped(sandboxes, containers):
+            stopped = now
+            if at_stopped is not None:
+                at_stopped()
         if not sandboxes and not containers:
-            return now
-        if now > timeout:
-            raise TimeoutError(f"runtime not empty after {timeout:.0f}s: {len(sandboxes)} sandboxes, "
+            assert stopped is not None
+            return Teardown(stopped, now)
+        if stopped is None and now > timeout:
+            raise TimeoutError(f"pods not stopped after {timeout:.0f}s: {len(sandboxes)} sandboxes, "
                                f"{len(containers)} containers")
+        if stopped is not None and now > (empty_timeout or timeout):
+            if empty_timeout is None:
+                raise TimeoutError(f"runtime not empty after {timeout:.0f}s: {len(sandboxes)} sandboxes, "
+                                   f"{len(containers)} containers")
+            return Teardown(stopped, None)
         tick += POLL_SECONDS
         await anyio.sleep(max(tick - time.monotonic(), 0))
+
+
+def is_stopped(sandboxes: Sequence[t.PodSandbox], containers: Sequence[t.Container]) -> bool:
+    """No container running and no sandbox ready (what is left may still be removed later)."""
+    return (all(c.state != t.ContainerState.CONTAINER_RUNNING for c in containers)
+            and all(s.state != t.PodSandboxState.SANDBOX_READY for s in sandboxes))
+
+
+async def empty_runtime(client: RuntimeClient) -> int:
+    """Stop and remove whatever is left in the runtime, through CRI (removing behind CRI's back
+    leaves stale entries in containerd 1.6); returns how many sandboxes and containers there were.
+    Run between systems: the next one would otherwise kill them as orphans, on its own time."""
+    sandboxes = await client.list_pod_sandbox()
+    containers = await client.list_containers()
+    for c in containers:
+        if c.state == t.ContainerState.CONTAINER_RUNNING:
+            await client.stop_container(c.id, 0)
+        await client.remove_container(c.id)
+    for sb in sandboxes:
+        await client.stop_pod_sandbox(sb.id)
+        await client.remove_pod_sandbox(sb.id)
+    if await client.list_pod_sandbox() or await client.list_containers():
+        raise RuntimeError("the runtime is not empty after removing everything through CRI")
+    return len(sandboxes) + len(containers)
 
 
 def start_timeout(n: int) -> float:
@@ -318,12 +384,13 @@ async def run_baseline(rt: Runtime, workdir: Path, n: int, concurrency: int, gra
     seen: dict[str, float] = {}
     async with anyio.create_task_group() as tg:
         tg.start_soon(baseline.start, pods, t0)
-        seen = await poll_running(client, node, expected, t0, start_timeout(n))
+        seen = await poll_running(client, {L.MANAGED_BY: node}, expected, t0, start_timeout(n))
     all_calls_done = max(p.ended for p in pods)
     cd1, m1 = proc_cpu(cd_pid), machine_cpu()
     t1 = time.monotonic()
-    await baseline.teardown(pods)
-    teardown = await poll_empty(client, t1, start_timeout(n))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(baseline.teardown, pods)
+        ends = await poll_teardown(client, t1, start_timeout(n))
     cd2 = proc_cpu(cd_pid)
     return {
         "node": node,
@@ -332,11 +399,33 @@ async def run_baseline(rt: Runtime, workdir: Path, n: int, concurrency: int, gra
         "per_pod_seen": list(seen.values()),
         "per_pod_exact": [p.ended for p in pods],
         "per_pod_own": [p.ended - p.began for p in pods],
-        "teardown_seconds": teardown,
+        "teardown_seconds": ends.empty,
+        "stopped_seconds": ends.stopped,
         "containerd_cpu_start": cd1 - cd0,
         "containerd_cpu_teardown": cd2 - cd1,
         "machine_busy_start": busy_cores(m0, m1),
     }
+
+
+# --------------------------------------------------------------------------- static pod dirs
+
+
+def write_manifests(directory: Path, node: str, n: int, grace: int) -> dict[str, float]:
+    """Write N manifests (each atomically: the kubelet and nodeagent both skip dot files);
+    returns static pod name (``<name>-<node>``, as both name them) -> wall time written."""
+    written = {}
+    for i in range(n):
+        name = f"bench-{i:03d}.json"
+        tmp = directory / f".{name}.tmp"
+        tmp.write_text(json.dumps(manifest(i, grace)))
+        tmp.rename(directory / name)
+        written[f"bench-{i:03d}-{node}"] = time.time()
+    return written
+
+
+def remove_manifests(directory: Path) -> None:
+    for path in directory.iterdir():
+        path.unlink()
 
 
 # --------------------------------------------------------------------------- nodeagent
@@ -413,19 +502,10 @@ class AgentProcess:
             return "(no log)"
 
     def write_manifests(self, n: int, grace: int) -> dict[str, float]:
-        """Write N manifests (each atomically); returns file name -> wall time written."""
-        written = {}
-        for i in range(n):
-            name = f"bench-{i:03d}.json"
-            tmp = self.manifests / f".{name}.tmp"
-            tmp.write_text(json.dumps(manifest(i, grace)))
-            tmp.rename(self.manifests / name)
-            written[f"bench-{i:03d}-{self.node}"] = time.time()
-        return written
+        return write_manifests(self.manifests, self.node, n, grace)
 
     def remove_manifests(self) -> None:
-        for path in self.manifests.iterdir():
-            path.unlink()
+        remove_manifests(self.manifests)
 
     def get_json(self, path: str) -> Any:
         status, body = http_get(self.url + path)
@@ -517,8 +597,33 @@ def breakdown(traces: dict[str, list[dict[str, Any]]], written: dict[str, float]
 
 
 STEADY_SECONDS = 0.0
+PEER_STEADY_SECONDS = 10.0  # --steady's default when the kubelet runs side by side
 """--steady: how long to hold the N running pods, measuring the agent's CPU and RSS meanwhile
 (what stats collection, eviction and GC cost in steady state); 0: not measured."""
+
+
+IDLE_SAMPLE_SECONDS = 3.0
+
+
+async def settle(pid: int) -> float:
+    """Wait SETTLE_SECONDS after the process is healthy; returns its cores busy over the last
+    IDLE_SAMPLE_SECONDS of that wait (its own background work with no pod: housekeeping, relists)."""
+    await anyio.sleep(SETTLE_SECONDS - IDLE_SAMPLE_SECONDS)
+    c0 = proc_cpu(pid, children=True)
+    await anyio.sleep(IDLE_SAMPLE_SECONDS)
+    return (proc_cpu(pid, children=True) - c0) / IDLE_SAMPLE_SECONDS
+
+
+async def hold_steady(pid: int, cd_pid: int) -> dict[str, float]:
+    """With STEADY_SECONDS: let the last pods' start settle, then hold the N running pods that
+    long, reading the process's (agent's or kubelet's) CPU and RSS and containerd's CPU."""
+    if STEADY_SECONDS <= 0:
+        return {}
+    await anyio.sleep(5.0)  # the last pods' start settles
+    c0, d0 = proc_cpu(pid, children=True), proc_cpu(cd_pid)
+    await anyio.sleep(STEADY_SECONDS)
+    return {"seconds": STEADY_SECONDS, "cpu": proc_cpu(pid, children=True) - c0,
+            "containerd_cpu": proc_cpu(cd_pid) - d0, "rss": proc_mem(pid)["VmRSS"]}
 
 
 async def run_agent(rt: Runtime, workdir: Path, n: int, grace: int, profile: Path | None = None) -> dict[str, Any]:
@@ -526,36 +631,32 @@ async def run_agent(rt: Runtime, workdir: Path, n: int, grace: int, profile: Pat
     agent = AgentProcess(workdir, rt.endpoint, max_pods=max(110, n), profile=profile)
     try:
         await anyio.to_thread.run_sync(agent.start)
-        await anyio.sleep(AGENT_SETTLE_SECONDS)
         pid, cd_pid = agent.pid, rt.pid
+        cores_idle = await settle(pid)
         mem_idle = proc_mem(pid)
         before = parse_metrics(agent.metrics())
-        cpu0, cd0, m0 = proc_cpu(pid), proc_cpu(cd_pid), machine_cpu()
+        cpu0, cd0, m0 = proc_cpu(pid, children=True), proc_cpu(cd_pid), machine_cpu()
         loop0 = proc_cpu(pid, pid)  # the main thread runs the event loop
         expected = {f"bench-{i:03d}-{agent.node}": 1 for i in range(n)}
 
         t0_wall, t0 = time.time(), time.monotonic()
         written = agent.write_manifests(n, grace)
-        seen = await poll_running(client, agent.node, expected, t0, start_timeout(n))
-        cpu1, cd1, m1 = proc_cpu(pid), proc_cpu(cd_pid), machine_cpu()
+        seen = await poll_running(client, {L.MANAGED_BY: agent.node}, expected, t0, start_timeout(n))
+        cpu1, cd1, m1 = proc_cpu(pid, children=True), proc_cpu(cd_pid), machine_cpu()
         loop1 = proc_cpu(pid, pid)
         mem_running = proc_mem(pid)
-        steady: dict[str, float] = {}
-        if STEADY_SECONDS > 0:
-            await anyio.sleep(5.0)  # the last pods' start settles
-            c0, d0 = proc_cpu(pid), proc_cpu(cd_pid)
-            await anyio.sleep(STEADY_SECONDS)
-            steady = {"seconds": STEADY_SECONDS, "cpu": proc_cpu(pid) - c0, "containerd_cpu": proc_cpu(cd_pid) - d0,
-                      "rss": proc_mem(pid)["VmRSS"]}
+        steady = await hold_steady(pid, cd_pid)
 
         after_start = parse_metrics(agent.metrics())
         pods = agent.get_json("/pods") or []
         uids = {row["name"]: row["uid"] for row in pods}
 
         removed_wall, t1 = time.time(), time.monotonic()
+        cpu_at_stopped: list[float] = []
         agent.remove_manifests()
-        teardown = await poll_empty(client, t1, start_timeout(n))
-        cpu2, cd2 = proc_cpu(pid), proc_cpu(cd_pid)
+        ends = await poll_teardown(client, t1, start_timeout(n),
+                                   at_stopped=lambda: cpu_at_stopped.append(proc_cpu(pid, children=True)))
+        cpu2, cd2 = proc_cpu(pid, children=True), proc_cpu(cd_pid)
         mem_end = proc_mem(pid)
         after_teardown = parse_metrics(agent.metrics())
         traces = {name: agent.get_json(f"/trace/{uid}") or [] for name, uid in uids.items()}
@@ -571,14 +672,17 @@ async def run_agent(rt: Runtime, workdir: Path, n: int, grace: int, profile: Pat
         "start_seconds": max(seen.values()),
         "per_pod_seen": list(seen.values()),
         "per_pod_observed_to_started": started_since_observed,
-        "teardown_seconds": teardown,
+        "teardown_seconds": ends.empty,
+        "stopped_seconds": ends.stopped,
         "rss_idle": mem_idle["VmRSS"],
+        "cores_idle": cores_idle,
         "rss_running": mem_running["VmRSS"],
         "rss_end": mem_end["VmRSS"],
         "hwm": mem_end["VmHWM"],
         "cpu_start": cpu1 - cpu0,
         "cpu_start_loop": loop1 - loop0,
         "cpu_teardown": cpu2 - cpu1,
+        "cpu_stop": cpu_at_stopped[0] - cpu1,
         "containerd_cpu_start": cd1 - cd0,
         "containerd_cpu_teardown": cd2 - cd1,
         "machine_busy_start": busy_cores(m0, m1),
@@ -588,6 +692,75 @@ async def run_agent(rt: Runtime, workdir: Path, n: int, grace: int, profile: Pat
         "stage_sums": {lbl: v for (metric, lbl), v in after_teardown.items()
                        if metric == "nodeagent_stage_duration_seconds_sum"},
         "breakdown": breakdown(traces, written, t0_wall, seen, removed_wall),
+        "steady": steady,
+    }
+
+
+# --------------------------------------------------------------------------- the kubelet (peer)
+
+
+def kubelet_empty_timeout(n: int) -> float:
+    """How long to wait for the kubelet's runtime to be empty after its pods stopped: its
+    container GC removes the sandboxes of deleted pods once a minute, so a minute and a bit."""
+    return 75.0 + start_timeout(n)
+
+
+async def run_kubelet(rt: Runtime, workdir: Path, n: int, grace: int) -> dict[str, Any]:
+    """The same N manifests through the upstream kubelet, measured as run_agent measures nodeagent
+    (same poll, same /proc readings), then the runtime emptied through CRI for whoever is next."""
+    binary = kubelet_peer.binary_path()
+    if binary is None:
+        raise RuntimeError("the kubelet is not built: python -m controlplane build kubelet")
+    client = rt.client
+    kubelet = kubelet_peer.KubeletProcess(workdir, binary, rt.endpoint, max_pods=max(110, n))
+    try:
+        await anyio.to_thread.run_sync(kubelet.start)
+        pid, cd_pid = kubelet.pid, rt.pid
+        cores_idle = await settle(pid)
+        mem_idle = proc_mem(pid)
+        cpu0, cd0, m0 = proc_cpu(pid, children=True), proc_cpu(cd_pid), machine_cpu()
+        expected = {f"bench-{i:03d}-{kubelet.node}": 1 for i in range(n)}
+
+        t0 = time.monotonic()
+        write_manifests(kubelet.manifests, kubelet.node, n, grace)
+        seen = await poll_running(client, {}, expected, t0, start_timeout(n))
+        cpu1, cd1, m1 = proc_cpu(pid, children=True), proc_cpu(cd_pid), machine_cpu()
+        mem_running = proc_mem(pid)
+        steady = await hold_steady(pid, cd_pid)
+
+        t1 = time.monotonic()
+        cpu_at_stopped: list[float] = []
+        remove_manifests(kubelet.manifests)
+        ends = await poll_teardown(client, t1, start_timeout(n), empty_timeout=kubelet_empty_timeout(n),
+                                   at_stopped=lambda: cpu_at_stopped.append(proc_cpu(pid, children=True)))
+        cpu2, cd2 = proc_cpu(pid, children=True), proc_cpu(cd_pid)
+        mem_end = proc_mem(pid)
+        tunables = kubelet.tunables_written()
+    finally:
+        kubelet.stop()
+        left = await empty_runtime(client)
+        cgroups_left = kubelet.cleanup()
+    return {
+        "node": kubelet.node,
+        "pid_log": str(kubelet.log_path),
+        "start_seconds": max(seen.values()),
+        "per_pod_seen": list(seen.values()),
+        "teardown_seconds": ends.empty,
+        "stopped_seconds": ends.stopped,
+        "left_in_runtime": left,  # removed by us after the kubelet stopped (its GC had not yet)
+        "cgroups_left": [str(p) for p in cgroups_left],
+        "tunables_written": tunables,
+        "rss_idle": mem_idle["VmRSS"],
+        "cores_idle": cores_idle,
+        "rss_running": mem_running["VmRSS"],
+        "rss_end": mem_end["VmRSS"],
+        "hwm": mem_end["VmHWM"],
+        "cpu_start": cpu1 - cpu0,
+        "cpu_teardown": cpu2 - cpu1,
+        "cpu_stop": cpu_at_stopped[0] - cpu1,
+        "containerd_cpu_start": cd1 - cd0,
+        "containerd_cpu_teardown": cd2 - cd1,
+        "machine_busy_start": busy_cores(m0, m1),
         "steady": steady,
     }
 
@@ -604,19 +777,6 @@ def p50_95(values: Sequence[float]) -> str:
     return f"{fmt(pct(values, 50))} / {fmt(pct(values, 95))}"
 
 
-def merge(reps: Sequence[Any]) -> Any:
-    """Repetitions of one size into one record: the median of each number, lists pooled."""
-    first = reps[0]
-    if isinstance(first, dict):
-        return {k: merge([r[k] for r in reps if k in r]) for k in first}
-    if isinstance(first, list):
-        return [v for r in reps for v in r]
-    if isinstance(first, (int, float)) and not isinstance(first, bool):
-        values = sorted(r for r in reps if r is not None)
-        return values[(len(values) - 1) // 2] if values else None
-    return first
-
-
 def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     c = meta["baseline_concurrency"]
     reps = meta["repeat"]
@@ -627,6 +787,7 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"{meta['load_after']}; {meta['runtime']}; baseline in flight: {c}; grace {meta['grace']} s; "
         + (f"{reps} repetitions per size (medians; per-pod figures pooled); " if reps > 1 else "")
         + ("**agent profiled with cProfile (slower)**; " if meta.get("profiled") else "")
+        + (f"peer: {meta['peer']}; " if meta.get("peer") else "")
         + f"whole run {meta['wall']:.0f} s.",
         "",
         ("**Start** (first manifest written / first call issued → every pod's container RUNNING in ListContainers, "
@@ -721,18 +882,21 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     ]
     for k in keys:
         lines.append(f"| {k} | " + " | ".join(p50_95(r["agent"]["breakdown"].get(k, [])) for r in results) + " |")
+    lines += sidebyside.render(results)
     return "\n".join(lines) + "\n"
 
 
 async def run(sizes: Sequence[int], concurrency: int, grace: int, repeat: int, keep: bool,
-              profile: Path | None, unbounded: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+              profile: Path | None, unbounded: bool,
+              peer: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     devenv.ensure_packages()
     archives = devenv.build_images()
     workdir = Path(tempfile.mkdtemp(prefix="na-bench-", dir="/tmp"))
     env = devenv.Containerd(workdir / "cd")
     results: list[dict[str, Any]] = []
     meta: dict[str, Any] = {"load_before": load_average(), "cores": os.cpu_count(), "baseline_concurrency": concurrency,
-                            "grace": grace, "repeat": repeat, "profiled": profile is not None}
+                            "grace": grace, "repeat": repeat, "profiled": profile is not None,
+                            "peer": "kubelet v1.37.2" if peer else None}
     began = time.monotonic()
     try:
         env.start()
@@ -754,19 +918,34 @@ async def run(sizes: Sequence[int], concurrency: int, grace: int, repeat: int, k
                     tag = f"N={n}" + (f" #{k + 1}" if repeat > 1 else "")
                     prof = profile.with_name(f"{profile.stem}-{n}-{k + 1}{profile.suffix}") if profile else None
                     rec: dict[str, Any] = {"n": n}
-                    # Alternate who goes first, so that drifting background load hits both alike.
+                    # Alternate who goes first, so that drifting background load hits both alike
+                    # (with the kubelet last in even rounds and first in odd ones, nodeagent and the
+                    # kubelet swap order every round). One system at a time: each leaves the runtime
+                    # empty (run_kubelet empties it through CRI after its own teardown).
                     order = ["baseline", "agent"] + (["baseline_all"] if unbounded and n > concurrency else [])
+                    order += ["kubelet"] if peer else []
                     for who in (order if k % 2 == 0 else order[::-1]):
                         if who == "baseline":
                             rec[who] = await run_baseline(rt, workdir, n, concurrency, grace)
                         elif who == "baseline_all":
                             rec[who] = await run_baseline(rt, workdir, n, n, grace)
+                        elif who == "kubelet":
+                            rec[who] = await run_kubelet(rt, workdir, n, grace)
                         else:
                             rec[who] = await run_agent(rt, workdir, n, grace, prof)
                         print(f"{tag}: {who} start {rec[who]['start_seconds']:.2f}s "
-                              f"teardown {rec[who]['teardown_seconds']:.2f}s", file=sys.stderr, flush=True)
+                              f"stopped {rec[who]['stopped_seconds']:.2f}s "
+                              f"empty {fmt(rec[who]['teardown_seconds'])}s (load {load_average()})",
+                              file=sys.stderr, flush=True)
+                    if peer:
+                        rec["vs_kubelet"] = sidebyside.peer_ratios(rec["agent"], rec["kubelet"], n)
+                    rec["load_average"] = load_average()
                     reps.append(rec)
-                results.append(merge(reps))
+                    with (workdir / "rounds.jsonl").open("a") as f:  # kept if a later round fails
+                        f.write(json.dumps(rec, default=str) + "\n")
+                merged = merge(reps)
+                merged["rounds"] = reps
+                results.append(merged)
     except BaseException:
         keep = True  # the agent's and containerd's logs are what explains a failure
         print(f"failed; logs kept in {workdir}", file=sys.stderr)
@@ -793,7 +972,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
                         help="comma-separated pod counts (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help=f"sizes {','.join(map(str, QUICK_SIZES))}")
-    parser.add_argument("--repeat", type=int, default=1, help="repetitions per size; medians are reported")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="repetitions (rounds) per size; medians are reported (default 3 with a peer, else 1)")
+    parser.add_argument("--peer", choices=("auto", "kubelet", "none"), default="auto",
+                        help="run the upstream kubelet side by side (auto: when its binary is in the cache; "
+                             "kubelet: build it first if it is not)")
     parser.add_argument("--baseline-concurrency", type=int, default=BASELINE_CONCURRENCY,
                         help="pods in flight in the raw-CRI baseline (default %(default)s)")
     parser.add_argument("--no-unbounded-baseline", action="store_true",
@@ -811,6 +994,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the agent under cProfile; writes FILE-N-REP.pstats and prints the top functions "
                              "(timings are then inflated: do not append them as results)")
     args = parser.parse_args(argv)
+    if args.peer == "kubelet" and kubelet_peer.binary_path() is None:
+        from controlplane import build as cpbuild
+
+        cpbuild.build(["kubelet"])
+    peer = args.peer == "kubelet" or (args.peer == "auto" and kubelet_peer.binary_path() is not None)
+    if args.repeat is None:
+        args.repeat = 3 if peer else 1
+    if peer and args.steady == 0.0:
+        args.steady = PEER_STEADY_SECONDS  # the idle cores at N of both
     if args.runtime:  # devenv.Containerd reads it
         os.environ[devenv.RUNTIME_ENV] = args.runtime
     global STEADY_SECONDS
@@ -825,7 +1017,7 @@ def main(argv: list[str] | None = None) -> int:
         profile.parent.mkdir(parents=True, exist_ok=True)
 
     results, meta = anyio.run(run, sizes, args.baseline_concurrency, args.grace, args.repeat, args.keep, profile,
-                              not args.no_unbounded_baseline, backend="asyncio")
+                              not args.no_unbounded_baseline, peer, backend="asyncio")
     meta["date"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     meta["commit"] = git_description()
     meta["command"] = "python -m benchmarks.pod_start " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -31,6 +31,7 @@ from nodeagent.events import Event, PodRef
 from nodeagent.facts import Fact, FactAccess, PodFacts
 from nodeagent.model import Pod
 from nodeagent.objects import FileObjects, Kind, ObjectError, Snapshot, kinds
+from nodeagent.podstatus import PodStatus
 from nodeagent.runtimeview import PodRuntime
 from nodeagent.stages import NodeInfo
 from nodeagent.stash import Stash
@@ -149,7 +150,7 @@ class FakeStatus:
 
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
     reason: tuple[str, str] = ("", "")
-    observed: dict[str, Any] = field(default_factory=dict)
+    observed: PodStatus | None = None
     probes: list[tuple[str, bool | None, bool | None]] = field(default_factory=list)
     conditions: dict[str, tuple[bool, str, str]] = field(default_factory=dict)
 
@@ -162,8 +163,8 @@ class FakeStatus:
     def set_pod_reason(self, reason: str, message: str = "") -> None:
         self.reason = (reason, message)
 
-    def set_observed(self, status: Mapping[str, Any]) -> None:
-        self.observed = dict(status)
+    def set_observed(self, status: PodStatus) -> None:
+        self.observed = status
 
     def container_probe_result(self, container: str, *, ready: bool | None = None,
                                started: bool | None = None) -> None:

@@ -282,6 +282,15 @@ class RuntimeClient:
         status = from_proto(response.status, t.RuntimeStatus)
         return (status, dict(response.info)) if verbose else status
 
+    async def capabilities(self) -> t.RuntimeCapabilities:
+        """The runtime handlers and features of StatusResponse (fields 3 and 4): what the
+        kubelet's Node status.runtimeHandlers and its user-namespace check read."""
+        response = await self._unary("Status", api.StatusRequest(verbose=False), api.StatusResponse,
+                                     timeout=self.timeout)
+        return t.RuntimeCapabilities(
+            runtime_handlers=[from_proto(h, t.RuntimeHandler) for h in response.runtime_handlers],
+            features=from_proto(response.features, t.RuntimeFeatures) if response.HasField("features") else None)
+
     async def runtime_config(self) -> t.LinuxRuntimeConfiguration | None:
         """The runtime's cgroup driver (cri-api >= 0.28; Unimplemented on containerd 1.6)."""
         response = await self._unary("RuntimeConfig", api.RuntimeConfigRequest(), api.RuntimeConfigResponse,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class ProtoEnum(IntEnum):
@@ -618,6 +619,36 @@ class RuntimeStatus:
     def condition(self, type: str) -> RuntimeCondition | None:
         """The condition of the given type, if the runtime reported it."""
         return next((c for c in self.conditions if c.type == type), None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeHandlerFeatures:
+    recursive_read_only_mounts: bool = False
+    user_namespaces: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeHandler:
+    name: str = ""  # "" is the default handler
+    features: RuntimeHandlerFeatures | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeFeatures:
+    supplemental_groups_policy: bool = False
+    user_namespaces_host_network: bool = False
+
+
+class RuntimeCapabilities(NamedTuple):
+    """What StatusResponse says besides the conditions: the runtime handlers with their
+    features, and runtime-wide features (both empty on runtimes older than CRI 1.30, such as
+    containerd 1.6). Not a message of its own: the client unpacks StatusResponse."""
+
+    runtime_handlers: list[RuntimeHandler]
+    features: RuntimeFeatures | None
+
+    def handler(self, name: str) -> RuntimeHandler | None:
+        return next((h for h in self.runtime_handlers if h.name == name), None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

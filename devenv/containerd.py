@@ -282,12 +282,14 @@ class Containerd:
     # - CNI: Debian's plugins in /usr/lib/cni (not /opt/cni/bin), our private conf dir;
     # - runtime handlers runc (default) and crun (RuntimeClass tests), each with a
     #   private state root so that stop() can find and kill exactly our containers,
-    #   even after the shims are gone.
+    #   even after the shims are gone; on 2.x runc is our build (devenv.runtime:
+    #   user namespaces need runc >= 1.2), on 1.6 Debian's.
 
     def _runtime_handlers(self, prefix: str) -> list[str]:
         runtimes = f"{prefix}.containerd.runtimes"
         lines = []
-        for handler, binary, root in (("runc", None, self.runc_root),
+        runc = str(self.runtime.runc) if self.runtime.runc is not None else None
+        for handler, binary, root in (("runc", runc, self.runc_root),
                                       ("crun", str(self.crun_wrapper), self.crun_root)):
             lines += [
                 "",
@@ -407,6 +409,11 @@ class Containerd:
     def write_config(self) -> None:
         for d in (self.base_dir, self.cni_conf_dir, self.cni_data_dir, self.cdi_spec_dir):
             d.mkdir(parents=True, exist_ok=True)
+        # Searchable by others, as containerd makes its own /var/lib and /run dirs (0711): a
+        # user-namespaced container's root is a host ID of its own, and runc, already in that
+        # namespace, must reach the bundle's rootfs under the state dir (a 0700 mkdtemp base
+        # fails it with "remount-propagation ... permission denied").
+        self.base_dir.chmod(0o711)
         self.config_path.write_text(self.config_text())
         conflist = self.cni_conf_dir / CONFLIST
         conflist.write_text(json.dumps(self.cni_config(), indent=2) + "\n")
@@ -564,7 +571,8 @@ class Containerd:
                 pass  # the forced cleanup below still runs
         self._stop_daemon()
         sandboxes = self.sandbox_ids()
-        hostclean.delete_runc_containers(self.runc_root)
+        # with the runc that made the state (ours on 2.x: Debian's may not read a newer one's)
+        hostclean.delete_runc_containers(self.runc_root, str(self.runtime.runc or "runc"))
         if self.crun_wrapper.exists():  # crun as the handler runs it (see _CRUN_WRAPPER)
             hostclean.delete_runc_containers(self.crun_root, str(self.crun_wrapper))
         shims = hostclean.shims_of(self.socket_path)

@@ -50,6 +50,10 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement("gcc", "gcc"),
     Requirement("make", "make"),  # .ci/run and the README go through make
     Requirement("libc6-dev", "/usr/include/stdio.h"),
+    # runc for containerd 2.x is a cgo build with seccomp (devenv.runtime.build_runc):
+    # libseccomp-golang finds the library through pkg-config.
+    Requirement("libseccomp-dev", "/usr/include/seccomp.h"),
+    Requirement("pkg-config", "pkg-config"),
     # The shutdown stage's logind path (systemd-inhibit, gdbus) and its test's stand-in logind
     # on a private bus (dbus-daemon, the system Python's dbus and GLib bindings).
     Requirement("systemd", "/usr/bin/systemd-inhibit"),

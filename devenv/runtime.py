@@ -14,8 +14,18 @@ the control plane's (controlplane.build's GoBuild unit and lock):
     ~/.cache/nodeagent/containerd/<version>/bin/{containerd,containerd-shim-runc-v2,ctr}
 
 Only this module knows that path: everything else asks a Runtime for
-`command("ctr")` or lets devenv.Containerd start the daemon. runc and crun
-are Debian's for both (runc 1.1.5 is enough for what devenv configures).
+`command("ctr")` or lets devenv.Containerd start the daemon. crun is Debian's
+for both; runc is Debian's (1.1.5) for 1.6, but 2.x's default handler runs a
+runc built by the Go module in devenv/runc into the same kind of cache:
+
+    ~/.cache/nodeagent/runc/<version>/bin/runc
+
+because Debian's runc predates idmapped mounts (runc >= 1.2): containerd 2.x
+asks `runc features` and, without them, reports that no handler supports user
+namespaces, so every `hostUsers: false` pod would be refused. With runc 1.5.x
+the default handler says user_namespaces: true (measured: containerd 2.4.2).
+It is a cgo build with the `seccomp` tag (libseccomp-dev, pkg-config; see
+devenv.packages), as Debian's and upstream's releases are.
 
 Build from the command line with `python -m devenv runtime build`; the
 session fixture, `make demo`/`make env`, the benchmarks and the upstream e2e
@@ -124,6 +134,53 @@ def build_containerd2(version: str = CONTAINERD2_VERSION, *, force: bool = False
     return unit.out_dir
 
 
+# runc for containerd 2.x's default handler; devenv/runc/go.mod must agree.
+# v1.5.3: the newest v1.5.x the proxy serves (checked 2026-12-01; v1.6.0-rc too).
+RUNC_VERSION = "v1.5.3"
+RUNC_MODULE = Path(__file__).resolve().parent / "runc"
+RUNC_PACKAGE = "github.com/opencontainers/runc"
+RUNC_BUILD_TAGS = "seccomp"
+
+
+def runc_bin_dir(version: str = RUNC_VERSION) -> Path:
+    """$NODEAGENT_RUNC_CACHE/<version>/bin, else XDG cache/nodeagent/runc/<version>/bin."""
+    env = os.environ.get("NODEAGENT_RUNC_CACHE")
+    return (Path(env) if env else gobuild.nodeagent_cache() / "runc") / version / "bin"
+
+
+def _runc_unit(version: str, env: dict[str, str]) -> gobuild.GoBuild:
+    text = (RUNC_MODULE / "go.mod").read_text()
+    if not re.search(rf"^require {re.escape(RUNC_PACKAGE)} {re.escape(version)}$", text, re.MULTILINE):
+        raise gobuild.BuildError(f"devenv/runc/go.mod does not pin runc {version}")
+    h = hashlib.sha256()
+    for path in sorted([RUNC_MODULE / "go.mod", RUNC_MODULE / "go.sum", *RUNC_MODULE.glob("*.go")]):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    gov = gobuild.go_version(env, RUNC_MODULE)
+    # runc's Makefile sets its version the same way (`runc --version` says 1.5.3).
+    flags = (f"-p={gobuild.jobs()}", "-trimpath", f"-tags={RUNC_BUILD_TAGS}",
+             f"-ldflags=-s -w -X main.version={version.lstrip('v')}")
+    h.update("\0".join([RUNC_PACKAGE, gov, env["CGO_ENABLED"], *flags]).encode())
+    return gobuild.GoBuild("runc", RUNC_MODULE, (RUNC_PACKAGE,), runc_bin_dir(version), h.hexdigest(), flags=flags)
+
+
+def build_runc(version: str = RUNC_VERSION, *, force: bool = False) -> Path:
+    """Build runc unless the cache is up to date; return the binary. Idempotent, locked
+    like containerd's build; seconds when the module cache is warm."""
+    if shutil.which("go") is None:
+        raise gobuild.BuildError("go is not on PATH: runc for containerd 2.x is built from the Go module proxy "
+                                 f"(or set {RUNTIME_ENV}={CONTAINERD16})")
+    env = _env()
+    unit = _runc_unit(version, env)
+    if force or not unit.up_to_date():
+        t0 = time.monotonic()
+        with gobuild.build_lock(unit.out_dir, _log):
+            result = unit.run(env, _log, force=force)
+        if result.built:
+            _log(f"runc {version} ready in {time.monotonic() - t0:.1f}s -> {unit.out_dir}")
+    return unit.binaries[0]
+
+
 @dataclass(frozen=True)
 class Runtime:
     """One containerd flavour: how devenv starts it and writes its config."""
@@ -134,14 +191,18 @@ class Runtime:
     config_version: int
     # Where containerd, its shim and ctr are; None: Debian's, on PATH.
     bin_dir: Path | None = None
+    # The runc of the default handler; None: Debian's (/usr/sbin/runc, found by the shim).
+    runc: Path | None = None
 
     def ensure(self) -> Runtime:
-        """Make the binaries exist (build 2.x if needed); return self."""
+        """Make the binaries exist (build 2.x and its runc if needed); return self."""
         if self.name == CONTAINERD2:
             assert self.bin_dir is not None
             built = build_containerd2()
             if built != self.bin_dir:
                 raise RuntimeError(f"containerd 2.x built into {built}, expected {self.bin_dir}")
+            if self.runc is not None and build_runc() != self.runc:
+                raise RuntimeError(f"runc not built into {self.runc}")
         return self
 
     def command(self, name: str) -> str:
@@ -159,7 +220,7 @@ def selected(name: str | None = None) -> Runtime:
     Does not build anything (Runtime.ensure() does)."""
     name = name or os.environ.get(RUNTIME_ENV) or DEFAULT_RUNTIME
     if name == CONTAINERD2:
-        return Runtime(CONTAINERD2, 3, containerd2_bin_dir())
+        return Runtime(CONTAINERD2, 3, containerd2_bin_dir(), runc_bin_dir() / "runc")
     if name == CONTAINERD16:
         return Runtime(CONTAINERD16, 2)
     raise ValueError(f"{RUNTIME_ENV}={name!r}: expected one of {', '.join(RUNTIMES)}")
@@ -170,13 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     parser = argparse.ArgumentParser(prog="python -m devenv runtime")
     sub = parser.add_subparsers(dest="command", required=True)
-    p_build = sub.add_parser("build", help="build containerd 2.x into the cache (idempotent)")
+    p_build = sub.add_parser("build", help="build containerd 2.x and its runc into the cache (idempotent)")
     p_build.add_argument("--force", action="store_true")
     sub.add_parser("which", help=f"print the runtime {RUNTIME_ENV} selects")
     args = parser.parse_args(argv)
     if args.command == "build":
         try:
             print(build_containerd2(force=args.force))
+            print(build_runc(force=args.force))
         except gobuild.BuildError as e:
             _log(f"error: {e}")
             return 1

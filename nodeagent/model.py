@@ -656,6 +656,15 @@ class PodSpec(_ApiModel):
     scheduling_group: PodSchedulingGroup | None = None
     workload_ref: WorkloadReference | None = None
     resource_claims: list[PodResourceClaim] = Field(default_factory=list)
+    runtime_class_name: str | None = None
+    """Resolved through the RuntimeClass object to the CRI runtime handler of the sandbox
+    (plugins/runtime/runtimeclass.py)."""
+    overhead: dict[str, Quantity] | None = None
+    """The runtime class's per-pod overhead (set by the API server's RuntimeClass admission; for
+    static pods by the static source): counted at admission and in the pod cgroup."""
+    host_users: bool | None = None
+    """False: the pod gets its own user namespace with IDs allocated by the node
+    (plugins/runtime/userns.py); unset or true: the host's."""
     resources: ResourceRequirements | None = None
     """Pod-level resources: reported in status and applied to the pod's cgroup
     (plugins/runtime/podcgroup.py), resizable in place (plugins/runtime/resize.py)."""

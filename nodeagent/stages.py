@@ -39,6 +39,7 @@ from nodeagent.events import Event, PodRef
 from nodeagent.facts import Fact, FactAccess
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
+from nodeagent.podstatus import PodStatus
 from nodeagent.stash import Stash
 
 if TYPE_CHECKING:
@@ -178,8 +179,9 @@ class StatusReporter(Protocol):
 
     def set_pod_reason(self, reason: str, message: str = "") -> None: ...
 
-    def set_observed(self, status: Mapping[str, Any]) -> None:
-        """Replace the runtime-derived part of the status (phase, container statuses, IPs)."""
+    def set_observed(self, status: PodStatus) -> None:
+        """Replace the runtime-derived part of the status (phase, container statuses, IPs,
+        conditions, resources); the status stage's (plugins/status.py)."""
 
     def container_probe_result(self, container: str, *, ready: bool | None = None,
                                started: bool | None = None) -> None:

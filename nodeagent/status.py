@@ -4,12 +4,16 @@ Stages report pieces (a container waiting for an image, the observed container s
 rejection); the writer merges them with the pod's lifecycle state into one kubelet-shaped
 ``PodStatus`` and hands it to the sinks when it changed. No stage writes status anywhere else,
 so two stages can never race on a pod's status.
+
+The status is a typed model (nodeagent.podstatus) from the observer's report through every
+refinement here; it becomes the API's JSON object once per computation (``PodStatus.to_api``),
+and that one object is what the sinks get, what change detection compares, and what readers
+(``get``, ``all``) see.
 """
 
 from __future__ import annotations
 
 import calendar
-import copy
 import json
 import math
 import time
@@ -26,8 +30,16 @@ from nodeagent.backoff import Backoff
 from nodeagent.events import PodRef
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
+from nodeagent.podstatus import (
+    ContainerState,
+    ContainerStateWaiting,
+    ContainerStatus,
+    HostIP,
+    PodCondition,
+    PodStatus,
+    QOSClass,
+)
 from nodeagent.statefile import write_atomic
-
 
 _log = structlog.get_logger("nodeagent.status")
 
@@ -49,7 +61,9 @@ def parse_rfc3339(stamp: object) -> float | None:
 
 
 class StatusSink(Protocol):
-    async def write(self, ref: PodRef, status: Mapping[str, Any]) -> None: ...
+    async def write(self, ref: PodRef, status: Mapping[str, Any]) -> None:
+        """``status`` is the API's JSON object (PodStatus.to_api), the same one for every sink:
+        read it, never change it."""
 
     async def forget(self, ref: PodRef) -> None: ...
 
@@ -97,9 +111,11 @@ class _PodRecord:
     reason: str = ""
     message: str = ""
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
-    observed: dict[str, Any] = field(default_factory=dict)
+    observed: PodStatus | None = None
+    """The runtime view the status stage last reported (set_observed)."""
     probes: dict[str, tuple[bool | None, bool | None]] = field(default_factory=dict)
-    conditions: dict[str, dict[str, str]] = field(default_factory=dict)
+    conditions: dict[str, PodCondition] = field(default_factory=dict)
+    """Conditions owned by stages (set_condition), by type."""
     start_time: float | None = None
     failed: bool = False
     """A stage failed the pod as a whole (reason/message say why): its phase is Failed."""
@@ -109,6 +125,7 @@ class _PodRecord:
     observed_at: float = 0.0
     """When an observer last reported the runtime view (set_observed)."""
     computed: dict[str, Any] = field(default_factory=dict)
+    """The newest computed status, serialised (PodStatus.to_api): readers and sinks get this."""
     published: dict[str, Any] = field(default_factory=dict)
     """What the sinks were last given: a reader's get() refreshes ``computed`` without
     publishing, so changes are detected against this, never against ``computed``."""
@@ -136,9 +153,9 @@ class PodReporter:
 
         self._writer._update(self._uid, apply)
 
-    def set_observed(self, status: Mapping[str, Any]) -> None:
+    def set_observed(self, status: PodStatus) -> None:
         def apply(r: _PodRecord) -> None:
-            r.observed, r.observed_at = dict(status), time.time()
+            r.observed, r.observed_at = status, time.time()
 
         self._writer._update(self._uid, apply)
 
@@ -153,11 +170,8 @@ class PodReporter:
         self._writer._update(self._uid, apply)
 
     def set_condition(self, type: str, status: bool, reason: str = "", message: str = "") -> None:
-        condition = {"type": type, "status": "True" if status else "False"}
-        if reason:
-            condition["reason"] = reason
-        if message:
-            condition["message"] = message
+        condition = PodCondition(type=type, status="True" if status else "False", reason=reason or None,
+                                 message=message or None)
         self._writer._update(self._uid, lambda r: r.conditions.__setitem__(type, condition))
 
 
@@ -242,11 +256,12 @@ class StatusWriter:
     # --- outputs ----------------------------------------------------------------------
 
     def get(self, uid: str) -> dict[str, Any]:
+        """The pod's status as the sinks get it (the API's JSON object); {} for an unknown pod."""
         rec = self._pods.get(uid)
         if rec is None:
             return {}
         if rec.dirty or not rec.computed:
-            rec.computed = compute(rec)
+            rec.computed = compute(rec).to_api()
         return rec.computed
 
     def all(self) -> dict[str, tuple[PodRef, Pod, dict[str, Any], PodState]]:
@@ -276,7 +291,7 @@ class StatusWriter:
             if not rec.dirty and rec.ref.uid not in self._failing:
                 continue
             try:
-                rec.computed = compute(rec)
+                rec.computed = compute(rec).to_api()
             except Exception as exc:  # noqa: BLE001 - a status bug for one pod: the others go on
                 self._contain(SINK_TASK, exc)
                 continue
@@ -296,123 +311,154 @@ class StatusWriter:
 _PENDING_STATES = {PodState.OBSERVED, PodState.ADMITTED, PodState.PREPARING, PodState.WAITING, PodState.STARTING}
 
 
-def compute(rec: _PodRecord) -> dict[str, Any]:
+def compute(rec: _PodRecord) -> PodStatus:
     """Merge lifecycle, stage reports and the observed runtime into a kubelet-shaped status."""
     pod = rec.pod
-    status: dict[str, Any] = {"hostIP": rec.host_ip, "hostIPs": [{"ip": rec.host_ip}]}
-    if rec.start_time is not None:
-        status["startTime"] = rfc3339(rec.start_time)
-    status["qosClass"] = qos_class(pod)
+    # The writer's own: the runtime view never says where the node is or when the pod started.
+    own = PodStatus(host_ip=rec.host_ip, host_ips=[HostIP(ip=rec.host_ip)],
+                    start_time=rfc3339(rec.start_time) if rec.start_time is not None else None,
+                    qos_class=qos_class(pod))
 
     if rec.rejected:
-        status.update(phase="Failed", reason=rec.reason, message=f"Pod was rejected: {rec.message}")
-        return status
+        return own.model_copy(update={"phase": "Failed", "reason": rec.reason,
+                                      "message": f"Pod was rejected: {rec.message}"})
 
-    # A deep copy: the refinements below edit container statuses and conditions in place, and
-    # must neither change the observer's report nor a status already handed to the sinks.
-    observed = copy.deepcopy(rec.observed)
-    if observed:
-        status.update({k: v for k, v in observed.items() if k not in ("hostIP", "hostIPs")})
+    # Each step below builds a new status (the models are frozen); copies are kept to the steps
+    # that change something, since a copy costs about as much as the step.
+    observed = rec.observed
+    update: dict[str, Any] = {"host_ip": own.host_ip, "host_ips": own.host_ips, "qos_class": own.qos_class}
+    if observed is not None:
+        base = observed
+        init, regular = observed.init_container_statuses, observed.container_statuses
+        update["start_time"] = own.start_time or observed.start_time
     else:
-        status["phase"] = "Pending"
+        base = own
         # The kubelet's default waiting reason is PodInitializing in a pod with init containers.
         default = "PodInitializing" if pod.spec.init_containers else "ContainerCreating"
-        if pod.spec.init_containers:
-            status["initContainerStatuses"] = [
-                _waiting_status(c.name, c.image, *rec.waiting.get(c.name, (default, "")))
-                for c in pod.spec.init_containers
-            ]
-        status["containerStatuses"] = [
-            _waiting_status(c.name, c.image, *rec.waiting.get(c.name, (default, "")))
-            for c in pod.spec.containers
-        ]
-        status["conditions"] = pending_conditions(pod, rec)
+        init = [_waiting_status(c.name, c.image, *rec.waiting.get(c.name, (default, "")))
+                for c in pod.spec.init_containers] or None
+        regular = [_waiting_status(c.name, c.image, *rec.waiting.get(c.name, (default, "")))
+                   for c in pod.spec.containers]
+        update.update(phase="Pending", conditions=pending_conditions(pod, rec))
+    update["init_container_statuses"] = _overlay_waiting(init, rec.waiting)
+    update["container_statuses"] = _overlay_waiting(regular, rec.waiting)
+    if observed is not None and observed.ephemeral_container_statuses:
+        update["ephemeral_container_statuses"] = _overlay_waiting(observed.ephemeral_container_statuses,
+                                                                  rec.waiting)
+    status = base.model_copy(update=update)
 
-    # Waiting reasons reported by stages win over a terminated state the runtime shows:
-    # the kubelet moves the terminated state to lastState and shows e.g. CrashLoopBackOff.
-    for key in ("initContainerStatuses", "containerStatuses"):
-        for cs in status.get(key, []):
-            reported = rec.waiting.get(cs["name"])
-            if reported and "running" not in cs.get("state", {}):
-                if "terminated" in cs.get("state", {}):
-                    cs["lastState"] = {"terminated": cs["state"]["terminated"]}
-                cs["state"] = {"waiting": _reason_dict(*reported)}
-
-    if observed:
-        _apply_probe_results(status, rec)
-    for condition in rec.conditions.values():
-        conditions = [c for c in status.get("conditions", []) if c["type"] != condition["type"]]
-        status["conditions"] = [*conditions, dict(condition)]
-    _apply_readiness_gates(status, pod)
-    _stamp_transitions(status, rec)
+    if observed is not None:
+        status = _apply_probe_results(status, rec)
+    if rec.conditions:
+        # A stage's condition replaces the runtime view's of its type, and goes last.
+        kept = [c for c in status.conditions or () if c.type not in rec.conditions]
+        status = status.model_copy(update={"conditions": [*kept, *rec.conditions.values()]})
+    status = _apply_readiness_gates(status, pod)
+    status = _stamp_transitions(status, rec)
 
     if rec.failed or (rec.reason and rec.state in (PodState.TERMINATING, PodState.TERMINATED)
-                      and status.get("phase") != "Succeeded"):
-        status.update(phase="Failed", reason=rec.reason, message=rec.message)
-    elif rec.reason:
-        status.setdefault("reason", rec.reason)
-        if rec.message:
-            status.setdefault("message", rec.message)
+                      and status.phase != "Succeeded"):
+        return status.model_copy(update={"phase": "Failed", "reason": rec.reason, "message": rec.message})
+    if rec.reason:
+        return status.model_copy(update={
+            "reason": status.reason if status.reason is not None else rec.reason,
+            "message": status.message if status.message is not None or not rec.message else rec.message,
+        })
     return status
 
 
-def _stamp_transitions(status: dict[str, Any], rec: _PodRecord) -> None:
+def _overlay_waiting(statuses: list[ContainerStatus] | None,
+                     waiting: Mapping[str, tuple[str, str]]) -> list[ContainerStatus] | None:
+    """Waiting reasons reported by stages win over a terminated state the runtime shows: the
+    kubelet moves the terminated state to lastState and shows e.g. CrashLoopBackOff."""
+    if statuses is None or not waiting:
+        return statuses
+    out = []
+    for cs in statuses:
+        reported = waiting.get(cs.name)
+        if reported and cs.state.running is None:
+            last = ContainerState(terminated=cs.state.terminated) if cs.state.terminated is not None else cs.last_state
+            cs = cs.model_copy(update={"state": ContainerState(waiting=_waiting(*reported)), "last_state": last})
+        out.append(cs)
+    return out
+
+
+def _stamp_transitions(status: PodStatus, rec: _PodRecord) -> PodStatus:
     """lastTransitionTime is when a condition's status last changed, as the world saw it: probe
     results and stage conditions change statuses after the runtime view stamped them, so the
     time is settled here, last, against what this writer published before."""
+    if status.conditions is None:
+        rec.transitions = {}
+        return status
     now = rfc3339(time.time())
     # Rebuilt from this status alone: a condition that went (a resize's, once done) starts
     # afresh if it comes back.
     transitions: dict[str, tuple[str, str]] = {}
-    for condition in status.get("conditions", []):
-        previous = rec.transitions.get(condition["type"])
-        if previous is not None and previous[0] == condition["status"]:
-            condition["lastTransitionTime"] = previous[1]
-        elif previous is not None or "lastTransitionTime" not in condition:
-            condition["lastTransitionTime"] = now
-        transitions[condition["type"]] = (condition["status"], condition["lastTransitionTime"])
+    stamped = []
+    for condition in status.conditions:
+        previous = rec.transitions.get(condition.type)
+        stamp = condition.last_transition_time
+        if previous is not None and previous[0] == condition.status:
+            stamp = previous[1]
+        elif previous is not None or stamp is None:
+            stamp = now
+        if stamp != condition.last_transition_time:
+            condition = condition.model_copy(update={"last_transition_time": stamp})
+        stamped.append(condition)
+        transitions[condition.type] = (condition.status, stamp)
     rec.transitions = transitions
+    return status.model_copy(update={"conditions": stamped})
 
 
-def _apply_probe_results(status: dict[str, Any], rec: _PodRecord) -> None:
+def _apply_probe_results(status: PodStatus, rec: _PodRecord) -> PodStatus:
     """Probe results refine what the runtime shows: a running container is started only once its
     startup probe succeeded, and ready only once its readiness probe did (the kubelet's rule)."""
     if not rec.probes:
-        return
-    unready = []
+        return status
+    unready: list[str] = []
+
+    def refine(cs: ContainerStatus) -> ContainerStatus:
+        probed_ready, probed_started = rec.probes.get(cs.name, (None, None))
+        running = cs.state.running is not None
+        started = cs.started if probed_started is None else running and probed_started
+        ready = cs.ready
+        if probed_ready is not None:
+            ready = running and (started if started is not None else running) and probed_ready
+        if not ready:
+            unready.append(cs.name)
+        if (started, ready) == (cs.started, cs.ready):
+            return cs
+        return cs.model_copy(update={"started": started, "ready": ready})
+
     # Sidecars are probed and count towards ContainersReady; a regular init container's
     # readiness is its successful exit, which no probe changes.
     sidecars = {c.name for c in rec.pod.spec.init_containers if c.restart_policy == "Always"}
-    statuses = [cs for cs in status.get("initContainerStatuses", []) if cs["name"] in sidecars]
-    for cs in [*statuses, *status.get("containerStatuses", [])]:
-        ready, started = rec.probes.get(cs["name"], (None, None))
-        running = "running" in cs.get("state", {})
-        if started is not None:
-            cs["started"] = running and started
-        if ready is not None:
-            cs["ready"] = running and cs.get("started", running) and ready
-        if not cs.get("ready"):
-            unready.append(cs["name"])
-    for condition in status.get("conditions", []):
-        if condition["type"] in ("Ready", "ContainersReady") and status.get("phase") not in ("Succeeded", "Failed"):
-            condition.pop("reason", None)
-            condition.pop("message", None)
-            if unready:
-                condition.update(status="False", reason="ContainersNotReady",
-                                 message=f"containers with unready status: [{' '.join(unready)}]")
-            else:
-                condition["status"] = "True"
+    init = status.init_container_statuses
+    if init is not None:
+        init = [refine(cs) if cs.name in sidecars else cs for cs in init]
+    regular = [refine(cs) for cs in status.container_statuses] if status.container_statuses is not None else None
+    conditions = status.conditions
+    if conditions is not None and status.phase not in ("Succeeded", "Failed"):
+        ready_kinds = ("Ready", "ContainersReady")
+        if unready:
+            update: dict[str, Any] = {"status": "False", "reason": "ContainersNotReady",
+                                      "message": f"containers with unready status: [{' '.join(unready)}]"}
+        else:
+            update = {"status": "True", "reason": None, "message": None}
+        conditions = [c.model_copy(update=update) if c.type in ready_kinds else c for c in conditions]
+    return status.model_copy(update={"init_container_statuses": init, "container_statuses": regular,
+                                     "conditions": conditions})
 
 
-def _apply_readiness_gates(status: dict[str, Any], pod: Pod) -> None:
+def _apply_readiness_gates(status: PodStatus, pod: Pod) -> PodStatus:
     """GeneratePodReadyCondition: with every container ready, the pod is Ready only while each
     readiness gate's condition (written by another party, read from the API's copy of the pod)
     is True."""
     if not pod.spec.readiness_gates:
-        return
-    ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), None)
-    if ready is None or ready["status"] != "True":
-        return  # not ready anyway: the containers' reason stands
+        return status
+    ready = status.condition("Ready")
+    if ready is None or ready.status != "True":
+        return status  # not ready anyway: the containers' reason stands
     others = {c.get("type"): c.get("status") for c in pod.status.get("conditions") or []}
     unready = []
     for gate in pod.spec.readiness_gates:
@@ -421,45 +467,42 @@ def _apply_readiness_gates(status: dict[str, Any], pod: Pod) -> None:
             unready.append(f'corresponding condition of pod readiness gate "{gate.condition_type}" does not exist.')
         elif found != "True":
             unready.append(f'the status of pod readiness gate "{gate.condition_type}" is not "True", but {found}')
-    if unready:
-        ready.update(status="False", reason="ReadinessGatesNotReady", message=", ".join(unready))
+    if not unready:
+        return status
+    gated = ready.model_copy(update={"status": "False", "reason": "ReadinessGatesNotReady",
+                                     "message": ", ".join(unready)})
+    return status.model_copy(update={"conditions": [gated if c is ready else c for c in status.conditions or ()]})
 
 
-def _reason_dict(reason: str, message: str) -> dict[str, str]:
-    return {"reason": reason, "message": message} if message else {"reason": reason}
+def _waiting(reason: str, message: str) -> ContainerStateWaiting:
+    return ContainerStateWaiting(reason=reason, message=message or None)
 
 
-def _waiting_status(name: str, image: str, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "image": image,
-        "imageID": "",
-        "ready": False,
-        "started": False,
-        "restartCount": 0,
-        "state": {"waiting": _reason_dict(reason, message)},
-        "lastState": {},
-    }
+def _waiting_status(name: str, image: str, reason: str, message: str) -> ContainerStatus:
+    return ContainerStatus(name=name, image=image, image_id="", ready=False, started=False, restart_count=0,
+                           state=ContainerState(waiting=_waiting(reason, message)), last_state=ContainerState())
 
 
-def pending_conditions(pod: Pod, rec: _PodRecord) -> list[dict[str, Any]]:
+def pending_conditions(pod: Pod, rec: _PodRecord) -> list[PodCondition]:
     now = rfc3339(time.time())
     sandbox_ready = rec.state in (PodState.STARTING, PodState.WAITING)
-    names = [c.name for c in pod.spec.containers]
+    names = " ".join(c.name for c in pod.spec.containers)
+    init_names = " ".join(c.name for c in pod.spec.init_containers)
     return [
-        {"type": "PodReadyToStartContainers", "status": "True" if sandbox_ready else "False", "lastTransitionTime": now},
-        {"type": "Initialized", "status": "True", "lastTransitionTime": now} if not pod.spec.init_containers else
-        {"type": "Initialized", "status": "False", "reason": "ContainersNotInitialized", "lastTransitionTime": now,
-         "message": f"containers with incomplete status: [{' '.join(c.name for c in pod.spec.init_containers)}]"},
-        {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
-         "message": f"containers with unready status: [{' '.join(names)}]", "lastTransitionTime": now},
-        {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady",
-         "message": f"containers with unready status: [{' '.join(names)}]", "lastTransitionTime": now},
-        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+        PodCondition(type="PodReadyToStartContainers", status="True" if sandbox_ready else "False",
+                     last_transition_time=now),
+        PodCondition(type="Initialized", status="True", last_transition_time=now) if not pod.spec.init_containers else
+        PodCondition(type="Initialized", status="False", reason="ContainersNotInitialized", last_transition_time=now,
+                     message=f"containers with incomplete status: [{init_names}]"),
+        PodCondition(type="Ready", status="False", reason="ContainersNotReady",
+                     message=f"containers with unready status: [{names}]", last_transition_time=now),
+        PodCondition(type="ContainersReady", status="False", reason="ContainersNotReady",
+                     message=f"containers with unready status: [{names}]", last_transition_time=now),
+        PodCondition(type="PodScheduled", status="True", last_transition_time=now),
     ]
 
 
-def qos_class(pod: Pod) -> str:
+def qos_class(pod: Pod) -> QOSClass:
     """Guaranteed when every container limits and requests cpu and memory equally; BestEffort
     when none requests or limits anything; else Burstable (pkg/apis/core/v1/helper/qos).
     Pod-level resources, when set, decide alone."""
@@ -483,10 +526,10 @@ def qos_class(pod: Pod) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def requirements_qos(requests: Mapping[str, Any], limits: Mapping[str, Any]) -> str:
+def requirements_qos(requests: Mapping[str, Any], limits: Mapping[str, Any]) -> QOSClass:
     """requirementsQOS of one ResourceRequirements (pod-level resources): Guaranteed when CPU and
     memory are limited with requests equal to the limits, BestEffort when neither is set."""
-    classes = set()
+    classes: set[QOSClass] = set()
     for res in ("cpu", "memory"):
         limit, request = limits.get(res), requests.get(res, limits.get(res))
         if limit is None and request is None:

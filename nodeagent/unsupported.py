@@ -36,8 +36,6 @@ _VERSION = re.compile(r"v?(\d+)\.(\d+)")
 _VOLUME_SOURCE = re.compile(r"^spec\.volumes\[(\d+)\]\.(\w+)$")
 # Paths (after list indexes are dropped) whose absence changes what the pod gets, and why.
 _CONSEQUENTIAL = {
-    "spec.runtimeClassName": "the pod would run under the default runtime handler instead of its runtime class",
-    "spec.overhead": "the pod's runtime-class overhead would not be accounted for",
     "spec.ephemeralContainers.targetContainerName": "the debug container would not share the target's namespaces",
     "spec.resourceClaims.resourceClaim": "a device claim the pod asks for would be missing",
 }
@@ -62,7 +60,6 @@ def refusal(pod: Pod, runtime: t.VersionInfo | None = None, *, cgroup_driver: st
         return Refusal(UNSUPPORTED_CGROUP_DRIVER, f"the runtime uses the {cgroup_driver} cgroup driver, which "
                                                   "nodeagent does not implement (its pod cgroups are cgroupfs "
                                                   "paths): the pod's sandbox could not be created")
-    extra = pod.spec.model_extra or {}
     if not mounts_images(runtime):
         assert runtime is not None
         for vol in pod.spec.volumes:
@@ -74,9 +71,6 @@ def refusal(pod: Pod, runtime: t.VersionInfo | None = None, *, cgroup_driver: st
                 return Refusal(UNSUPPORTED_VOLUME, f'volume "{vol.name}" is an image volume, which the runtime '
                                                    f"({runtime.runtime_name} {runtime.runtime_version}) cannot mount: "
                                                    "image volumes need containerd 2.1 or later")
-    if extra.get("hostUsers") is False:
-        return Refusal(UNSUPPORTED_FIELD, "spec.hostUsers: false asks for a user namespace, which nodeagent does "
-                                          "not set up yet: the pod would run in the host's user namespace")
     sc = pod.spec.security_context
     if sc is not None and (sc.model_extra or {}).get("supplementalGroupsPolicy") == "Strict":
         return Refusal(UNSUPPORTED_FIELD, "spec.securityContext.supplementalGroupsPolicy: Strict is not "

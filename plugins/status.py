@@ -8,7 +8,8 @@ policy) the stage tells the worker, which then releases the sandbox.
 
 Waiting reasons the runtime stage reports (CrashLoopBackOff, CreateContainerError, ...) are laid
 over these statuses by the status writer, which moves a terminated state to lastState as the
-kubelet does.
+kubelet does. The status is a typed model (nodeagent.podstatus) until the writer hands it to the
+sinks.
 """
 
 from __future__ import annotations
@@ -21,11 +22,35 @@ from typing import Any, ClassVar
 import anyio
 
 from cri import CriError
-from nodeagent.kube.resize import RESIZE_IN_PROGRESS, RESIZE_PENDING, ResizeState, status_resources, with_resources
+from nodeagent.kube.resize import (
+    RESIZE_IN_PROGRESS,
+    RESIZE_PENDING,
+    ResizeState,
+    status_resources,
+    with_resources,
+)
 from nodeagent.kube.resources import FIT_RESOURCES, pod_requests
-from nodeagent.kube.restartpolicy import awaiting_rerun, container_should_restart, is_sidecar, should_restart
+from nodeagent.kube.restartpolicy import (
+    awaiting_rerun,
+    container_should_restart,
+    is_sidecar,
+    should_restart,
+)
 from nodeagent.model import Container, Pod
 from nodeagent.podfacts import RESIZE, RESTART_ALL_AT, RUNTIME_NOTES, RuntimeNotes
+from nodeagent.podstatus import (
+    ConditionStatus,
+    ContainerState,
+    ContainerStateRunning,
+    ContainerStateTerminated,
+    ContainerStateWaiting,
+    ContainerStatus,
+    PodCondition,
+    PodIP,
+    PodPhase,
+    PodStatus,
+    ResourceStatus,
+)
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import AgentHandle, Observe, PodContext
 from nodeagent.stash import StashKey
@@ -60,25 +85,23 @@ def _ts(ns: int) -> str:
     return rfc3339(ns / 1e9) if ns else ""
 
 
-def _state(record: ContainerRecord, facts: Facts, limit: int, waiting: str = "ContainerCreating") -> dict[str, Any]:
+def _state(record: ContainerRecord, facts: Facts, limit: int, waiting: str = "ContainerCreating") -> ContainerState:
     if record.running:
-        return {"running": {"startedAt": _ts(record.started_at)}}
+        return ContainerState(running=ContainerStateRunning(started_at=_ts(record.started_at)))
     if record.exited:
-        terminated: dict[str, Any] = {
-            "exitCode": record.exit_code,
-            "reason": record.reason or ("Completed" if record.exit_code == 0 else "Error"),
-            "startedAt": _ts(record.started_at),
-            "finishedAt": _ts(record.finished_at),
-            "containerID": f"containerd://{record.id}",
-        }
         message = facts.messages.get(record.id, record.message)
-        if message:
+        return ContainerState(terminated=ContainerStateTerminated(
+            exit_code=record.exit_code,
+            reason=record.reason or ("Completed" if record.exit_code == 0 else "Error"),
             # The status manager's per-pod budget, split evenly across containers.
-            terminated["message"] = message.encode()[:limit].decode(errors="ignore")
-        return {"terminated": terminated}
+            message=message.encode()[:limit].decode(errors="ignore") if message else None,
+            started_at=_ts(record.started_at),
+            finished_at=_ts(record.finished_at),
+            container_id=f"containerd://{record.id}",
+        ))
     # Created but not started yet (StartContainer in flight): the kubelet never publishes this
     # moment, since it creates and starts within one sync; show the reason it showed before.
-    return {"waiting": {"reason": waiting}}
+    return ContainerState(waiting=ContainerStateWaiting(reason=waiting))
 
 
 def _instances(runtime: PodRuntime, name: str) -> list[ContainerRecord]:
@@ -87,7 +110,7 @@ def _instances(runtime: PodRuntime, name: str) -> list[ContainerRecord]:
 
 
 def container_status(pod: Pod, container: Container, runtime: PodRuntime, facts: Facts, *,
-                     init: bool = False, limit: int = MAX_POD_MESSAGE_BYTES) -> dict[str, Any]:
+                     init: bool = False, limit: int = MAX_POD_MESSAGE_BYTES) -> ContainerStatus:
     instances = _instances(runtime, container.name)
     if len(instances) > 1 and instances[0].state == "created" and instances[1].exited:
         # A restart created but not started yet. The kubelet computes a status before its sync
@@ -97,8 +120,9 @@ def container_status(pod: Pod, container: Container, runtime: PodRuntime, facts:
         instances = instances[1:]
     if not instances:
         reason = "PodInitializing" if pod.spec.init_containers else "ContainerCreating"
-        return {"name": container.name, "image": container.image, "imageID": "", "ready": False,
-                "started": False, "restartCount": 0, "state": {"waiting": {"reason": reason}}, "lastState": {}}
+        return ContainerStatus(name=container.name, image=container.image, image_id="", ready=False, started=False,
+                               restart_count=0, state=ContainerState(waiting=ContainerStateWaiting(reason=reason)),
+                               last_state=ContainerState())
     latest = instances[0]
     previous = instances[1] if len(instances) > 1 else None
     started = latest.running and latest.id not in facts.post_start_running
@@ -110,36 +134,41 @@ def container_status(pod: Pod, container: Container, runtime: PodRuntime, facts:
         # Killed for a resize and about to start again: the kubelet kills and starts within one
         # sync and never shows this instance as current. Neither may we: the API server refuses
         # a terminated state (exit 0 under OnFailure) that later turns running again.
-        return {**_resources(container, latest, facts), "name": container.name, "image": container.image,
-                "imageID": latest.image_ref, "containerID": f"containerd://{latest.id}", "ready": False,
-                "started": False, "restartCount": latest.restart_count + 1,
-                "state": {"waiting": {"reason": "ContainerCreating"}}, "lastState": _state(latest, facts, limit)}
-    return {**_resources(container, latest, facts),
-        "name": container.name,
-        "image": container.image,
-        "imageID": latest.image_ref,
-        "containerID": f"containerd://{latest.id}",
-        "ready": ready,
-        "started": started,
-        "restartCount": latest.restart_count,
-        "state": _state(latest, facts, limit, "PodInitializing" if pod.spec.init_containers else "ContainerCreating"),
-        "lastState": _state(previous, facts, limit) if previous is not None and previous.exited else {},
-    }
+        resources, allocated = _resources(container, latest, facts)
+        return ContainerStatus(name=container.name, image=container.image, image_id=latest.image_ref,
+                               container_id=f"containerd://{latest.id}", ready=False, started=False,
+                               restart_count=latest.restart_count + 1,
+                               state=ContainerState(waiting=ContainerStateWaiting(reason="ContainerCreating")),
+                               last_state=_state(latest, facts, limit), resources=resources,
+                               allocated_resources=allocated)
+    resources, allocated = _resources(container, latest, facts)
+    return ContainerStatus(
+        name=container.name,
+        image=container.image,
+        image_id=latest.image_ref,
+        container_id=f"containerd://{latest.id}",
+        ready=ready,
+        started=started,
+        restart_count=latest.restart_count,
+        state=_state(latest, facts, limit, "PodInitializing" if pod.spec.init_containers else "ContainerCreating"),
+        last_state=_state(previous, facts, limit) if previous is not None and previous.exited else ContainerState(),
+        resources=resources,
+        allocated_resources=allocated,
+    )
 
 
-def _resources(container: Container, latest: ContainerRecord, facts: Facts) -> dict[str, Any]:
+def _resources(container: Container, latest: ContainerRecord,
+               facts: Facts) -> tuple[ResourceStatus, dict[str, str] | None]:
     """resources (what the instance runs with, the allocation when it does not run) and
     allocatedResources (the allocated requests), as convertContainerStatusResources."""
     state = facts.resize
     allocated = state.containers.get(container.name, container.resources) if state else container.resources
     applied = state.applied.get(latest.id) if state is not None and latest.running else None
-    out: dict[str, Any] = {"resources": status_resources(applied[0] if applied is not None else allocated)}
-    if allocated.requests:
-        out["allocatedResources"] = {k: str(v) for k, v in allocated.requests.items()}
-    return out
+    resources = ResourceStatus.model_validate(status_resources(applied[0] if applied is not None else allocated))
+    return resources, {k: str(v) for k, v in allocated.requests.items()} if allocated.requests else None
 
 
-def pod_level_resources(pod: Pod, state: ResizeState | None) -> dict[str, Any]:
+def pod_level_resources(pod: Pod, state: ResizeState | None) -> tuple[ResourceStatus | None, dict[str, str] | None]:
     """status.allocatedResources (PodRequests of the allocated pod: the containers' requests
     summed, pod-level requests winning) and, for a pod with pod-level resources, status.resources
     (convertToAPIPodLevelResourcesStatus: the pod cgroup holds the allocated values; a pod-level
@@ -154,7 +183,7 @@ def pod_level_resources(pod: Pod, state: ResizeState | None) -> dict[str, Any]:
                 totals[k] = str(v)
     for k, v in summed.items():
         totals[k] = f"{v}m" if k == "cpu" else str(v)
-    out: dict[str, Any] = {}
+    out: ResourceStatus | None = None
     if pod_level is not None:
         for k, v in pod_level.requests.items():
             totals[k] = str(v)
@@ -166,13 +195,11 @@ def pod_level_resources(pod: Pod, state: ResizeState | None) -> dict[str, Any]:
             requests["memory"] = str(summed["memory"])
         if not requests:
             resources.pop("requests")
-        out["resources"] = resources
-    if totals:
-        out["allocatedResources"] = totals
-    return out
+        out = ResourceStatus.model_validate(resources)
+    return out, totals or None
 
 
-def resize_conditions(state: ResizeState | None, facts: Facts) -> list[dict[str, Any]]:
+def resize_conditions(state: ResizeState | None, facts: Facts) -> list[PodCondition]:
     """PodResizePending (Infeasible / Deferred) and PodResizeInProgress (reason Error when the
     actuation failed), as the status manager keeps them."""
     if state is None:
@@ -182,64 +209,63 @@ def resize_conditions(state: ResizeState | None, facts: Facts) -> list[dict[str,
         if value is None:
             continue
         condition = _condition(kind, True, facts, *value)
-        condition["observedGeneration"] = state.observed_generation
-        found.append(condition)
+        found.append(condition.model_copy(update={"observed_generation": state.observed_generation}))
     return found
 
 
-def pod_phase(pod: Pod, init_statuses: Sequence[Mapping[str, Any]], statuses: Sequence[Mapping[str, Any]],
-              initialized_before: bool) -> str:
+def pod_phase(pod: Pod, init_statuses: Sequence[ContainerStatus], statuses: Sequence[ContainerStatus],
+              initialized_before: bool) -> PodPhase:
     """getPhase (pkg/kubelet/kubelet_pods.go) for a static pod: terminal only when the restart
     policy says no container runs again. Sidecars count while they run and never decide the
     outcome."""
     spec = pod.spec
-    by_name = {s["name"]: s for s in (*init_statuses, *statuses)}
+    by_name = {s.name: s for s in (*init_statuses, *statuses)}
     pending_init = pending_sidecars = failed_init = 0
     unknown = running = waiting = stopped = succeeded = final = 0
     for c in spec.init_containers:
         s = by_name.get(c.name)
-        state = s["state"] if s else {}
-        last = s.get("lastState", {}).get("terminated") if s else None
+        state = s.state if s is not None else ContainerState()
+        last = s.last_state.terminated if s is not None else None
         if is_sidecar(c):
             if s is None:
                 unknown += 1
-            elif "running" in state:
+            elif state.running is not None:
                 running += 1
-                if not s.get("started"):
+                if not s.started:
                     pending_sidecars += 1
-            elif "terminated" in state:
+            elif state.terminated is not None:
                 pass
-            elif "waiting" in state and last is None:
+            elif state.waiting is not None and last is None:
                 pending_sidecars += 1
                 waiting += 1
-            elif "waiting" not in state:
+            elif state.waiting is None:
                 pending_sidecars += 1
                 unknown += 1
             continue
-        if s is None or "running" in state:
+        if s is None or state.running is not None:
             pending_init += 1
-        elif "terminated" in state or last is not None:
+        elif (terminated := state.terminated or last) is not None:
             # Failed for good: a non-zero exit its restart policy does not restart (per
             # container with ContainerRestartRules; the pod's policy otherwise).
-            code = (state.get("terminated") or last)["exitCode"]
+            code = terminated.exit_code
             failed_init += code != 0 and not container_should_restart(spec, c, code)
         else:
             pending_init += 1
     for c in spec.containers:
         s = by_name.get(c.name)
-        state = s["state"] if s else {}
-        last = s.get("lastState", {}).get("terminated") if s else None
+        state = s.state if s is not None else ContainerState()
+        last = s.last_state.terminated if s is not None else None
         if s is None:
             unknown += 1
-        elif "running" in state:
+        elif state.running is not None:
             running += 1
-        elif "terminated" in state:
+        elif state.terminated is not None:
             stopped += 1
-            succeeded += state["terminated"]["exitCode"] == 0
-            final += not container_should_restart(spec, c, state["terminated"]["exitCode"])
+            succeeded += state.terminated.exit_code == 0
+            final += not container_should_restart(spec, c, state.terminated.exit_code)
         elif last is not None:
             stopped += 1
-            final += not container_should_restart(spec, c, last["exitCode"])
+            final += not container_should_restart(spec, c, last.exit_code)
         else:
             waiting += 1
     if failed_init:
@@ -256,33 +282,29 @@ def pod_phase(pod: Pod, init_statuses: Sequence[Mapping[str, Any]], statuses: Se
     return "Pending"
 
 
-def _condition(kind: str, ok: bool, facts: Facts, reason: str = "", message: str = "") -> dict[str, Any]:
-    status = "True" if ok else "False"
-    condition: dict[str, Any] = {"type": kind, "status": status, "lastTransitionTime": rfc3339(facts.now)}
-    if reason:
-        condition["reason"] = reason
-    if message:
-        condition["message"] = message
-    return condition
+def _condition(kind: str, ok: bool, facts: Facts, reason: str = "", message: str = "") -> PodCondition:
+    status: ConditionStatus = "True" if ok else "False"
+    return PodCondition(type=kind, status=status, reason=reason or None, message=message or None,
+                        last_transition_time=rfc3339(facts.now))
 
 
-def conditions(pod: Pod, runtime: PodRuntime, init_statuses: Sequence[Mapping[str, Any]],
-               statuses: Sequence[Mapping[str, Any]], phase: str, facts: Facts) -> list[dict[str, Any]]:
+def conditions(pod: Pod, runtime: PodRuntime, init_statuses: Sequence[ContainerStatus],
+               statuses: Sequence[ContainerStatus], phase: PodPhase, facts: Facts) -> list[PodCondition]:
     """status/generate.go, in the kubelet's order."""
     sandbox = runtime.newest_sandbox()
     sandbox_ok = sandbox is not None and sandbox.ready and (bool(sandbox.pod_ip) or pod.spec.host_network)
-    by_name = {s["name"]: s for s in (*init_statuses, *statuses)}
+    by_name = {s.name: s for s in (*init_statuses, *statuses)}
 
     # Initialized
     incomplete = []
     for c in pod.spec.init_containers:
         s = by_name[c.name]
         if is_sidecar(c):
-            if not s.get("started"):
+            if not s.started:
                 incomplete.append(c.name)
-        elif s["state"].get("terminated", {}).get("exitCode", 1) != 0:
+        elif s.state.terminated is None or s.state.terminated.exit_code != 0:
             incomplete.append(c.name)
-    regular_started = any("running" in by_name[c.name]["state"] or "terminated" in by_name[c.name]["state"]
+    regular_started = any(by_name[c.name].state.running is not None or by_name[c.name].state.terminated is not None
                           for c in pod.spec.containers)
     if phase == "Succeeded":
         initialized = _condition("Initialized", True, facts, "PodCompleted")
@@ -293,8 +315,8 @@ def conditions(pod: Pod, runtime: PodRuntime, init_statuses: Sequence[Mapping[st
                                  f"containers with incomplete status: [{' '.join(incomplete)}]")
 
     # ContainersReady and Ready (readiness gates need an API server: not modelled)
-    unready = [c.name for c in pod.spec.init_containers if is_sidecar(c) and not by_name[c.name]["ready"]]
-    unready += [c.name for c in pod.spec.containers if not by_name[c.name]["ready"]]
+    unready = [c.name for c in pod.spec.init_containers if is_sidecar(c) and not by_name[c.name].ready]
+    unready += [c.name for c in pod.spec.containers if not by_name[c.name].ready]
     if phase in ("Succeeded", "Failed"):
         reason = "PodCompleted" if phase == "Succeeded" else "PodFailed"
         ready = [_condition(kind, False, facts, reason) for kind in ("Ready", "ContainersReady")]
@@ -311,7 +333,7 @@ def conditions(pod: Pod, runtime: PodRuntime, init_statuses: Sequence[Mapping[st
     ]
 
 
-def compute(pod: Pod, runtime: PodRuntime, facts: Facts | None = None) -> dict[str, Any]:
+def compute(pod: Pod, runtime: PodRuntime, facts: Facts | None = None) -> PodStatus:
     facts = facts or Facts(now=time.time())
     count = len(pod.spec.init_containers) + len(pod.spec.containers)
     limit = MAX_POD_MESSAGE_BYTES // max(count, 1)
@@ -323,32 +345,30 @@ def compute(pod: Pod, runtime: PodRuntime, facts: Facts | None = None) -> dict[s
     phase = pod_phase(pod, init_statuses, statuses, initialized_before)
     if phase in ("Succeeded", "Failed") and awaiting_rerun(pod, runtime, facts.reset_at):
         phase = "Running"  # stopped to run again from the start (the kubelet's RestartingAllContainers)
-    status: dict[str, Any] = {
-        "phase": phase,
-        "conditions": [*conditions(pod, runtime, init_statuses, statuses, phase, facts),
-                       *resize_conditions(facts.resize, facts)],
-        "containerStatuses": statuses,
-        # The generation the node acted on: its resources allocated, or its resize found pending.
-        "observedGeneration": (facts.resize.observed_generation if facts.resize is not None
-                               else pod.metadata.generation),
-        **pod_level_resources(pod, facts.resize),
-    }
-    if init_statuses:
-        status["initContainerStatuses"] = init_statuses
-    if pod.spec.ephemeral_containers:
-        # Reported, never counted: they decide neither the phase nor readiness.
-        status["ephemeralContainerStatuses"] = [container_status(pod, c, runtime, facts, limit=limit)
-                                                for c in pod.spec.ephemeral_containers]
     ready = runtime.ready_sandbox()
     shown = ready or sandbox
     pod_ip = facts.node_ip if pod.spec.host_network else (shown.pod_ip if shown is not None else "")
-    if pod_ip:
-        status["podIP"] = pod_ip
-        status["podIPs"] = [{"ip": pod_ip}]
-    return status
+    resources, allocated = pod_level_resources(pod, facts.resize)
+    return PodStatus(
+        phase=phase,
+        conditions=[*conditions(pod, runtime, init_statuses, statuses, phase, facts),
+                    *resize_conditions(facts.resize, facts)],
+        init_container_statuses=init_statuses or None,
+        container_statuses=statuses,
+        # Reported, never counted: they decide neither the phase nor readiness.
+        ephemeral_container_statuses=[container_status(pod, c, runtime, facts, limit=limit)
+                                      for c in pod.spec.ephemeral_containers] or None,
+        # The generation the node acted on: its resources allocated, or its resize found pending.
+        observed_generation=(facts.resize.observed_generation if facts.resize is not None
+                             else pod.metadata.generation),
+        resources=resources,
+        allocated_resources=allocated,
+        pod_ip=pod_ip or None,
+        pod_ips=[PodIP(ip=pod_ip)] if pod_ip else None,
+    )
 
 
-def settled(pod: Pod, runtime: PodRuntime, phase: str) -> list[str]:
+def settled(pod: Pod, runtime: PodRuntime, phase: PodPhase | None) -> list[str]:
     """Containers whose newest instance exited and will not be restarted."""
     names = []
     regular = {c.name for c in pod.spec.containers}
@@ -399,13 +419,13 @@ class StatusStage(Observe):
                           node_ip=ctx.node.ip, now=time.time(),
                           resize=ctx.facts.get(RESIZE), reset_at=ctx.facts.get(RESTART_ALL_AT) or 0)
             status = compute(ctx.pod, runtime, facts)
-            for name in settled(ctx.pod, runtime, status["phase"]):
+            for name in settled(ctx.pod, runtime, status.phase):
                 # A waiting reason (RunContainerError, ...) only shows while the container is to
                 # be restarted; otherwise its terminated state does (convertToAPIContainerStatuses).
                 ctx.status.clear_container_waiting(name)
             ctx.status.set_observed(status)
-            if status["phase"] in ("Succeeded", "Failed"):
-                ctx.complete(status["phase"])
+            if status.phase == "Succeeded" or status.phase == "Failed":
+                ctx.complete(status.phase)
                 return
             await _changed(ctx, changed)
 

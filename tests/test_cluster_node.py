@@ -159,6 +159,17 @@ async def test_node_registers_becomes_ready_and_renews_its_lease(
             assert [i["sizeBytes"] for i in images] == sorted((i.size for i in held), reverse=True)[:50]
             busybox = next(i for i in held if BUSYBOX_IMAGE in i.repo_tags)
             assert {"names": [*busybox.repo_digests, *busybox.repo_tags][:5], "sizeBytes": busybox.size} in images
+            # The runtime's handlers, as CRI Status reports them (2.x; 1.6 reports none): the
+            # default ("" — the API omits the empty name), runc and crun, with their features.
+            handlers = {h.get("name", ""): h.get("features") for h in status.get("runtimeHandlers", [])}
+            if containerd.runtime.name == "containerd1.6":
+                assert handlers == {}
+            else:
+                userns = containerd.runtime.runc is not None  # our runc 1.5: idmapped mounts
+                assert handlers == {
+                    "": {"recursiveReadOnlyMounts": True, "userNamespaces": userns},
+                    "runc": {"recursiveReadOnlyMounts": True, "userNamespaces": userns},
+                    "crun": {"recursiveReadOnlyMounts": False, "userNamespaces": False}}, handlers
             ready = condition(obj, "Ready")
             assert ready["reason"] == "KubeletReady" and ready["message"] == "kubelet is posting ready status"
             for kind, reason in (("MemoryPressure", "KubeletHasSufficientMemory"),

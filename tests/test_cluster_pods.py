@@ -505,18 +505,21 @@ async def test_ephemeral_containers_start_once_in_the_running_pod(
         control_plane: ControlPlane, containerd: Any, tmp_path: Path) -> None:
     """Upstream's "Ephemeral Containers will start an ephemeral container in an existing pod":
     one added through the ephemeralcontainers subresource runs in the pod, shows in
-    ephemeralContainerStatuses, and is never restarted once it exits."""
+    ephemeralContainerStatuses, and is never restarted once it exits. One that mounts a volume
+    is not started without it (the volume stages mount at prepare, before it existed)."""
     from tests.test_apivolumes import cluster_node, container
 
     async with cluster_node(containerd, control_plane, tmp_path) as node:
         name = f"eph-{node.name}"
-        pod = await node.run_pod(name, container("main"))
+        pod = await node.run_pod(name, container("main"), volumes=[{"name": "scratch", "emptyDir": {}}])
         uid = pod["metadata"]["uid"]
         await wait_for(lambda: node.running(uid, "main"), 60, "main running")
         patch = {"spec": {"ephemeralContainers": [
             {"name": "debugger", "image": BUSYBOX_IMAGE, "command": ["sh", "-c", "echo polo; sleep 3600"],
              "stdin": True, "tty": True},
-            {"name": "once", "image": BUSYBOX_IMAGE, "command": ["sh", "-c", "exit 3"]}]}}
+            {"name": "once", "image": BUSYBOX_IMAGE, "command": ["sh", "-c", "exit 3"]},
+            {"name": "mounting", "image": BUSYBOX_IMAGE, "command": ["sleep", "3600"],
+             "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}]}}
         await node.kubectl("patch", "pod", name, "--subresource", "ephemeralcontainers", "--type", "strategic",
                            "-p", json.dumps(patch))
         assert await node.output(uid, "debugger", "echo", "marco") == "marco"
@@ -525,11 +528,17 @@ async def test_ephemeral_containers_start_once_in_the_running_pod(
             obj = await get_json(control_plane, "pod", name)
             found = {cs["name"]: cs for cs in (obj or {}).get("status", {}).get("ephemeralContainerStatuses", [])}
             ok = "running" in found.get("debugger", {}).get("state", {}) and \
-                 "terminated" in found.get("once", {}).get("state", {})
+                 "terminated" in found.get("once", {}).get("state", {}) and \
+                 found.get("mounting", {}).get("state", {}).get("waiting", {}).get("reason") == \
+                 "CreateContainerConfigError"
             return found if ok else None
 
-        found = await wait_for(statuses, 60, "ephemeralContainerStatuses: debugger running, once terminated")
+        found = await wait_for(statuses, 60, "ephemeralContainerStatuses: debugger running, once terminated, "
+                                             "mounting refused")
         assert found["once"]["state"]["terminated"]["exitCode"] == 3
+        assert found["mounting"]["state"]["waiting"]["message"] == (
+            "volumeMounts of ephemeral container 'mounting' are not supported by nodeagent: scratch at /scratch")
+        assert not await node.running(uid, "mounting")
         await anyio.sleep(3)
         _, containers = await runtime_objects(node.env.client, node.env.node)
         onces = [c for c in containers if c.labels.get(L.POD_UID) == uid and c.labels.get(L.CONTAINER_NAME) == "once"]

@@ -29,8 +29,7 @@ RENAMED = {"VersionInfo": "VersionResponse", "ExecSyncResult": "ExecSyncResponse
 # that the client flattens.
 UNEXPOSED_PREFIXES = ("Windows",)
 UNEXPOSED = {"Int64Value", "UInt64Value", "PodSandboxStateValue", "ContainerStateValue", "KeyValue",
-             "RuntimeConfig", "NetworkConfig", "RuntimeHandler", "RuntimeHandlerFeatures", "RuntimeFeatures",
-             "PodSandboxStatusResponse"}
+             "RuntimeConfig", "NetworkConfig", "PodSandboxStatusResponse"}
 
 
 def dataclasses_in_types() -> dict[str, type]:
@@ -202,6 +201,8 @@ def test_nothing_outside_cri_imports_generated_code() -> None:
         relative = path.relative_to(REPO)
         if relative.parts[0] in {"cri", ".git", "build"} or relative.name.startswith("test_cri"):
             continue
+        if relative.parts[:2] == ("conformance", "memruntime"):
+            continue  # the in-memory runtime is a CRI server: it serves the generated service itself
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)

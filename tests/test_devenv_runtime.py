@@ -27,6 +27,7 @@ from devenv.runtime import (
     CONTAINERD16,
     RUNTIME_ENV,
     containerd2_bin_dir,
+    runc_bin_dir,
     selected,
 )
 
@@ -69,7 +70,10 @@ def test_each_runtime_gets_its_native_config_with_the_same_settings(tmp_path: Pa
                            (old["containerd"]["runtimes"], tmp_path / "b")):
         assert set(handlers) == {"runc", "crun"}
         assert handlers["crun"]["options"] == {"BinaryName": str(base / "bin" / "crun"), "Root": str(base / "crun")}
-        assert handlers["runc"]["options"] == {"Root": str(base / "runc")}
+    # 2.x's runc is our build (user namespaces need runc >= 1.2); 1.6 runs Debian's from PATH.
+    assert runtime["containerd"]["runtimes"]["runc"]["options"] == {
+        "BinaryName": str(runc_bin_dir() / "runc"), "Root": str(tmp_path / "a" / "runc")}
+    assert old["containerd"]["runtimes"]["runc"]["options"] == {"Root": str(tmp_path / "b" / "runc")}
     # 2.x's handlers name our shim by path; 1.6 finds Debian's on PATH.
     shim = str(containerd2_bin_dir() / "containerd-shim-runc-v2")
     assert {h["runtime_path"] for h in runtime["containerd"]["runtimes"].values()} == {shim}
@@ -145,7 +149,7 @@ def test_the_crun_handler_runs_a_pod_under_crun(containerd: Containerd, tmp_path
         try:
             sleeper = _start_sleeper(cri, crun_pod, "on-crun", str(tmp_path))
             crun_state, runc_state = _listed(CRUN.probe, containerd.crun_root), \
-                _listed("runc", containerd.runc_root)
+                _listed(str(containerd.runtime.runc or "runc"), containerd.runc_root)
             assert crun_pod in crun_state and crun_pod not in runc_state
             assert any(line.startswith(sleeper) and " running " in line for line in crun_state.splitlines()), \
                 crun_state
@@ -155,6 +159,35 @@ def test_the_crun_handler_runs_a_pod_under_crun(containerd: Containerd, tmp_path
             _remove_sandbox(cri, crun_pod)
             _remove_sandbox(cri, runc_pod)
         assert crun_pod not in _listed(CRUN.probe, containerd.crun_root)
+
+
+def _handlers(cri: RawCRI) -> dict[str, dict[int, int | bytes]]:
+    """StatusResponse.runtime_handlers (field 3): name -> RuntimeHandlerFeatures' fields."""
+    found = {}
+    for number, value in fields(cri.call(RUNTIME + "Status", b"", timeout=10)):
+        if number == 3 and isinstance(value, bytes):
+            handler = dict(fields(value))
+            name, features = handler.get(1, b""), handler.get(2, b"")
+            assert isinstance(name, bytes) and isinstance(features, bytes)
+            found[name.decode()] = dict(fields(features))
+    return found
+
+
+def test_user_namespaces_come_with_our_runc_on_2x_and_not_on_16(containerd: Containerd) -> None:
+    """containerd 2.x says user_namespaces for a handler only when its runc has idmapped mounts:
+    the default handler (our runc 1.5) does, crun 1.8 does not; 1.6 reports no handlers."""
+    with RawCRI(containerd.socket_path) as cri:
+        handlers = _handlers(cri)
+    if containerd.runtime.name == CONTAINERD16:
+        assert handlers == {}
+        return
+    assert containerd.runtime.runc == runc_bin_dir() / "runc"
+    version = subprocess.run([str(containerd.runtime.runc), "--version"], capture_output=True, text=True,
+                             check=True).stdout
+    assert version.startswith("runc version 1.5."), version
+    assert set(handlers) == {"", "runc", "crun"}
+    assert handlers[""].get(2) == 1 and handlers["runc"].get(2) == 1  # user_namespaces: true
+    assert not handlers["crun"].get(2)
 
 
 # --- switching one base dir between runtimes -------------------------------------------------

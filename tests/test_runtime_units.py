@@ -15,7 +15,8 @@ from plugins.runtime.backoff import Backoff
 from plugins.runtime.plan import plan
 from plugins.runtime.sync import go_duration
 from nodeagent.terminationmessage import create_message_file, read_message
-from plugins.status import Facts, compute
+from plugins.status import Facts
+from plugins.status import compute as compute_status
 
 SANDBOX = SandboxRecord(id="sb1", attempt=0, ready=True, created_at=1, pod_ip="10.0.0.2")
 
@@ -39,6 +40,11 @@ def rec(name: str, state: str = "running", exit_code: int = 0, attempt: int = 0,
 
 def runtime(*containers: ContainerRecord, sandboxes: tuple[SandboxRecord, ...] = (SANDBOX,)) -> PodRuntime:
     return PodRuntime(uid="u1", sandboxes=sandboxes, containers=containers)
+
+
+def compute(p: Pod, runtime: PodRuntime, facts: Facts | None = None) -> dict[str, Any]:
+    """The status stage's status as the sinks get it (the API's JSON object)."""
+    return compute_status(p, runtime, facts).to_api()
 
 
 def names(p: Any) -> list[str]:

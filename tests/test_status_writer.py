@@ -11,6 +11,7 @@ import pytest
 from nodeagent.events import PodRef
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
+from nodeagent.podstatus import PodStatus
 from nodeagent.status import StatusWriter
 
 pytestmark = pytest.mark.anyio
@@ -27,6 +28,11 @@ class RecordingSink:
         pass
 
 
+RUNNING = {"name": "c", "image": "i", "imageID": "", "ready": True, "started": True, "restartCount": 0,
+           "state": {"running": {}}, "lastState": {}}
+"""The observed status of a running container ``c``."""
+
+
 def _ready(status: Mapping[str, Any]) -> str:
     return next(c["status"] for c in status["conditions"] if c["type"] == "Ready")
 
@@ -41,10 +47,9 @@ async def test_a_change_seen_first_by_a_reader_still_reaches_the_sinks() -> None
                                                        "readinessProbe": {"exec": {"command": ["true"]}}}]}})
     writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
     writer.set_state("u1", PodState.RUNNING)
-    observed = {"phase": "Running", "containerStatuses": [
-        {"name": "c", "ready": True, "started": True, "restartCount": 0, "state": {"running": {}}}],
+    observed = PodStatus.model_validate({"phase": "Running", "containerStatuses": [RUNNING],
         "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-                       {"type": "ContainersReady", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+                       {"type": "ContainersReady", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
     reporter = writer.reporter("u1")
     reporter.set_observed(observed)
     reporter.container_probe_result("c", ready=False)
@@ -69,21 +74,23 @@ async def test_a_condition_that_goes_and_comes_back_gets_a_new_transition_time()
     writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
     writer.set_state("u1", PodState.RUNNING)
     reporter = writer.reporter("u1")
-    base = {"phase": "Running", "containerStatuses": [
-        {"name": "c", "ready": True, "started": True, "restartCount": 0, "state": {"running": {}}}]}
+    base = {"phase": "Running", "containerStatuses": [RUNNING]}
     resizing = {"type": "PodResizeInProgress", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
 
     def transition() -> str | None:
         found = [c for c in writer.get("u1")["conditions"] if c["type"] == "PodResizeInProgress"]
         return found[0]["lastTransitionTime"] if found else None
 
-    reporter.set_observed({**base, "conditions": [resizing]})
+    def observe(*conditions: dict[str, Any]) -> None:
+        reporter.set_observed(PodStatus.model_validate({**base, "conditions": list(conditions)}))
+
+    observe(resizing)
     assert transition() == "2026-01-01T00:00:00Z"
-    reporter.set_observed({**base, "conditions": [{**resizing, "lastTransitionTime": "2026-01-01T00:00:05Z"}]})
+    observe({**resizing, "lastTransitionTime": "2026-01-01T00:00:05Z"})
     assert transition() == "2026-01-01T00:00:00Z"  # unchanged status: the first time stays
-    reporter.set_observed({**base, "conditions": []})
+    observe()
     assert transition() is None
-    reporter.set_observed({**base, "conditions": [{**resizing, "lastTransitionTime": "2026-01-01T00:01:00Z"}]})
+    observe({**resizing, "lastTransitionTime": "2026-01-01T00:01:00Z"})
     assert transition() != "2026-01-01T00:00:00Z"  # back: not the time of its first appearance
 
 
@@ -170,7 +177,8 @@ async def test_a_status_that_cannot_be_computed_is_contained() -> None:
                                 "spec": {"containers": [{"name": "c", "image": "i"}]}})
     writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
     writer.track(PodRef(uid="u2", namespace="ns", name="q"), other)
-    writer.reporter("u1").set_observed({"containerStatuses": "not a list"})  # what a buggy stage might say
+    # What a buggy stage might say, past the model's validation.
+    writer.reporter("u1").set_observed(PodStatus.model_construct(container_statuses="not a list"))
     await writer.flush()
     assert contained == ["status-sink"]
     assert len(sink.writes) == 1, "the other pod's status is written"

@@ -182,6 +182,7 @@ class NodeStatus:
         self.uid: str | None = None
         self.registered = anyio.Event()
         self._runtime_version = ""
+        self._handlers: list[dict[str, Any]] = []
         self._reported: dict[str, Any] | None = None
         """The last status written, without heartbeat times (to see changes)."""
         self._reported_at = 0.0
@@ -302,6 +303,7 @@ class NodeStatus:
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self._kubelet_port()}},
             "declaredFeatures": list(DECLARED_FEATURES),
             "images": await self._images(),
+            "runtimeHandlers": await self._runtime_handlers(),
             "volumesInUse": sorted(self._volumes_in_use()),
             "nodeInfo": {
                 "machineID": _read("/etc/machine-id"),
@@ -332,6 +334,23 @@ class NodeStatus:
             images = images[:limit]
         return [{"names": [*image.repo_digests, *image.repo_tags][:MAX_NAMES_PER_IMAGE], "sizeBytes": image.size}
                 for image in images]
+
+    async def _runtime_handlers(self) -> list[dict[str, Any]]:
+        """status.runtimeHandlers: the runtime's handlers and their features, from CRI Status
+        (empty on runtimes that report none, such as containerd 1.6). While the runtime does
+        not answer, the last list stands (Ready says what is wrong)."""
+        with anyio.move_on_after(RUNTIME_CHECK_SECONDS):
+            try:
+                caps = await self._runtime.capabilities()
+            except Exception as exc:  # noqa: BLE001 - Ready says what is wrong with the runtime
+                log.debug("CRI Status failed", error=str(exc))
+            else:
+                self._handlers = [
+                    {"name": h.name, "features": {
+                        "recursiveReadOnlyMounts": bool(h.features and h.features.recursive_read_only_mounts),
+                        "userNamespaces": bool(h.features and h.features.user_namespaces)}}
+                    for h in caps.runtime_handlers]
+        return self._handlers
 
     async def _readiness(self) -> tuple[bool, str]:
         problems: list[str] = []

@@ -169,7 +169,7 @@ def values(container: ResourceRequirements, pod_level: ResourceRequirements | No
 def pod_requests(pod: Pod, resources: tuple[str, ...] = FIT_RESOURCES) -> dict[str, int]:
     """resourcehelper.PodRequests (for CPU and memory unless ``resources`` says otherwise):
     regular containers and sidecars summed, at least any init container with the sidecars
-    started before it; pod-level requests win."""
+    started before it; pod-level requests win; ``spec.overhead`` added."""
     total: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     sidecars: dict[str, int] = {}
@@ -194,6 +194,10 @@ def pod_requests(pod: Pod, resources: tuple[str, ...] = FIT_RESOURCES) -> dict[s
         for r, amount in pod.spec.resources.requests.items():
             if r in resources:
                 total[r] = quantity.base_units(r, amount)
+    # The runtime class's overhead is the pod's too (admission fit, the pod cgroup).
+    for r, amount in (pod.spec.overhead or {}).items():
+        if r in resources:
+            total[r] = total.get(r, 0) + quantity.base_units(r, amount)
     return {r: v for r, v in total.items() if v}
 
 

@@ -23,7 +23,9 @@ import anyio
 import structlog
 
 from nodeagent import events as ev
+from nodeagent.kube import runtimeclass
 from nodeagent.objects.filestore import FileObjects
+from nodeagent.objects.kinds import RUNTIME_CLASS
 from nodeagent.sources.manifest import MAX_MANIFEST_BYTES, ManifestError
 from nodeagent.sources.staticpod import FileObject, parse_documents, parse_manifest, static_pod_uid
 
@@ -55,6 +57,7 @@ class StaticPodSource:
     ... for the stages that read them); None in cluster mode, where objects come from the API."""
     _files: dict[Path, _FileState] = field(default_factory=dict)
     _wanted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _refused: set[str] = field(default_factory=set)  # UIDs the RuntimeClass admission refused
     _list_failing: bool = False  # the directory could not be listed last time (reported once)
     listed: bool = False
     """A scan of the directory succeeded and was published (the runtime replay may trust
@@ -171,6 +174,7 @@ class StaticPodSource:
                                             for of_kind, obj in state.objects if of_kind == kind])
         wanted: dict[str, dict[str, Any]] = {}
         names: dict[str, Path] = {}
+        paths: dict[str, Path] = {}
         for path, state in sorted(self._files.items()):
             for pod in state.pods:
                 meta = pod["metadata"]
@@ -183,6 +187,7 @@ class StaticPodSource:
                     continue
                 names[full] = path
                 wanted[meta["uid"]] = pod
+                paths[meta["uid"]] = path
         for uid, pod in self._wanted.items():
             if uid not in wanted:
                 meta = pod["metadata"]
@@ -191,11 +196,37 @@ class StaticPodSource:
                     source="sources", pod=ev.PodRef(uid=uid, name=meta["name"], namespace=meta["namespace"]),
                     origin="file", grace_period_seconds=grace,
                 ))
-        for uid, pod in wanted.items():
+        for uid, pod in list(wanted.items()):
             if uid not in self._wanted:
+                admitted = None if uid in self._refused else await self._runtime_class_admission(pod, paths[uid])
+                if admitted is None:
+                    self._refused.add(uid)  # reported once; an edit of the manifest is a new pod
+                    del wanted[uid]
+                    continue
+                pod = wanted[uid] = admitted
                 meta = pod["metadata"]
                 await self.publish(ev.PodSpecObserved(
                     source="sources", pod=ev.PodRef(uid=uid, name=meta["name"], namespace=meta["namespace"]),
                     origin="file", pod_spec=pod,
                 ))
         self._wanted = wanted
+
+    async def _runtime_class_admission(self, pod: dict[str, Any], path: Path) -> dict[str, Any] | None:
+        """A new static pod as the API server's RuntimeClass admission would create its mirror
+        (nodeagent/kube/runtimeclass.py): its class's overhead and scheduling applied; None, and
+        the manifest rejected, when that admission refuses it. A class not there (yet) leaves the
+        pod as written: its sandbox then fails as the kubelet's does (RuntimeClass not found)."""
+        name = (pod.get("spec") or {}).get("runtimeClassName")
+        if not name or self.objects is None:
+            return pod
+        found = await self.objects.get(RUNTIME_CLASS, name)
+        if found is None:
+            return pod
+        try:
+            return runtimeclass.admit(pod, found)
+        except runtimeclass.RuntimeClassRejected as exc:
+            full = f"{pod['metadata']['name']}_{pod['metadata']['namespace']}"
+            log.error("static pod refused by its RuntimeClass", path=str(path), pod=full, error=str(exc))
+            await self.publish(ev.ManifestRejected(source="sources", path=str(path), reason="Forbidden",
+                                                   message=f"{path}: pod {full}: {exc}"))
+            return None

@@ -87,7 +87,9 @@ def _spec(spec: Obj) -> None:
         errs.append(f.invalid(spec.at("terminationGracePeriodSeconds"), grace, "must be greater than or equal to 0"))
     grace = DEFAULT_GRACE_SECONDS if grace is None else grace
     security = spec.obj("securityContext")
-    host_users = True if security is None else security.bool("hostUsers", True)
+    # v1 has hostUsers in the spec (the API server's internal type moves it into the pod's
+    # securityContext, which is where its validation reads it).
+    host_users = spec.bool("hostUsers", True)
     restart = spec.str("restartPolicy", "Always")
     volumes = validate_volumes(spec)
     claim_names = _resource_claims(spec)
@@ -161,7 +163,7 @@ def _spec(spec: Obj) -> None:
         if gate_name in gates:
             errs.append(f.duplicate(gate.path, gate_name))
         gates.add(gate_name)
-    if security is not None and not host_users:
+    if not host_users:
         for key in ("hostNetwork", "hostPID", "hostIPC"):
             if spec.bool(key):
                 errs.append(f.forbidden(spec.at(key), "when `pod.Spec.HostUsers` is false"))

@@ -45,7 +45,9 @@ from nodeagent.stages import (
     Start,
 )
 from nodeagent.model import Container
+from nodeagent.kube.runtimeclass import check as runtimeclass_check
 from nodeagent.mounttable import mounts_under
+from nodeagent.objects import kinds
 from nodeagent.podfacts import RESIZE, RESTART_ALL_AT, RUNTIME_NOTES, STARTUP_PASSED, notes_of
 from nodeagent.stash import StashKey
 from nodeagent.waits import first_of
@@ -56,7 +58,9 @@ from plugins.runtime.nodekeyring import NodeKeyring
 from plugins.runtime.pullrecords import PullRecords
 from plugins.runtime.pullsecrets import PullSecrets
 from plugins.runtime.resize import Ledger, Resizer, allocated_pod, ensure_state
-from plugins.runtime.sandbox import SandboxConfigError, log_directory, sandbox_config
+from plugins.runtime.runtimeclass import handler_of
+from plugins.runtime.sandbox import SandboxConfigError, grpc_error_text, log_directory, sandbox_config
+from plugins.runtime.userns import UserNamespaces
 from plugins.runtime.sync import RESYNC_SECONDS, SANDBOX_KEY, Syncer, acted
 from plugins.runtime.termination import kill, victim
 
@@ -76,9 +80,11 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     uses = (STARTUP_PASSED, CONTAINER_ADDITIONS)
 
     def __init__(self, node_name: str, pod_logs_dir: Path, node_keyring: NodeKeyring | None = None,
-                 pull_records: PullRecords | None = None, *, pod_cgroups: bool = True) -> None:
+                 pull_records: PullRecords | None = None, *, userns: UserNamespaces,
+                 pod_cgroups: bool = True) -> None:
         self._node = node_name
         self._logs = pod_logs_dir
+        self._userns = userns
         self._pod_cgroups = pod_cgroups
         """cgroupsPerQOS: False makes, writes, removes and sweeps no pod cgroup."""
         self._images = ImagePuller.new(node_keyring, pull_records)
@@ -131,10 +137,15 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         ready = sorted((s for s in sandboxes if s.state == t.PodSandboxState.SANDBOX_READY),
                        key=lambda s: s.created_at, reverse=True)
         await self._remove_empty_leftovers(ctx, [s for s in sandboxes if not ready or s.id != ready[0].id])
+        # The kubelet resolves the handler and the user namespace in generatePodSandboxConfig:
+        # an unknown class or a handler without user namespaces fails here, before anything runs.
+        # A sandbox that runs already keeps the handler it runs under (its class may be gone).
+        handler = ready[0].runtime_handler if ready else await handler_of(ctx)
+        userns = await self._userns.options(ctx, handler)
         if ready:
             sandbox = ready[0]
             attempt = sandbox.metadata.attempt if sandbox.metadata else 0
-            config = sandbox_config(pod, attempt, self._logs, self._node, settings=ctx.settings)
+            config = sandbox_config(pod, attempt, self._logs, self._node, settings=ctx.settings, userns=userns)
             ctx.stash[SANDBOX] = (sandbox.id, config)
             ctx.stash[POD_IP] = await self._sandbox_ip(ctx, sandbox.id)
             acted(ctx)  # nothing changed, but the first plan must see this sandbox
@@ -152,7 +163,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             acted(ctx)
             return
         attempt = max((s.metadata.attempt + 1 for s in sandboxes if s.metadata), default=0)
-        config = sandbox_config(pod, attempt, self._logs, self._node, settings=ctx.settings)
+        config = sandbox_config(pod, attempt, self._logs, self._node, settings=ctx.settings, userns=userns)
         try:
             log_directory(self._logs, pod).mkdir(parents=True, exist_ok=True, mode=0o755)
         except OSError as exc:
@@ -161,7 +172,14 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             raise SandboxConfigError(f"Failed to create pod sandbox: cannot create the pod log directory: "
                                      f"{exc.strerror}") from None
         await self._pod_cgroup(ctx)
-        sandbox_id = await ctx.runtime.run_pod_sandbox(config)
+        try:
+            sandbox_id = await ctx.runtime.run_pod_sandbox(config, runtime_handler=handler)
+        except CriError as exc:
+            if exc.retryable:
+                raise
+            # The kubelet's FailedCreatePodSandBox, with the runtime's own error (an unknown
+            # handler: `no runtime for "x" is configured`); the pod stays Pending and retries.
+            raise SandboxConfigError(f"Failed to create pod sandbox: {grpc_error_text(exc)}") from None
         ctx.stash[SANDBOX] = (sandbox_id, config)
         acted(ctx)
         ctx.stash[POD_IP] = await self._sandbox_ip(ctx, sandbox_id)
@@ -270,6 +288,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             await ctx.publish(SandboxRemoved(sandbox_id=sandbox.id))
         ctx.stash.pop(SANDBOX)
         self._ledger.release(ctx.ref.uid)
+        await anyio.to_thread.run_sync(self._userns.release, ctx.ref.uid)  # no sandbox holds its IDs now
         if self._pod_cgroups:
             await podcgroup.remove(ctx.pod)
         logs = hostpaths.pod_log_dir(self._logs, ctx.ref.namespace, ctx.ref.name, ctx.ref.uid)
@@ -332,8 +351,12 @@ def plugin(config: Mapping[str, Any], handle: AgentHandle) -> RuntimeStage:
     root_dir = Path(settings.root_dir)
     records = PullRecords(root_dir / "image_manager", settings.image_pull_credentials_verification_policy,
                           settings.preloaded_images_verification_allowlist)
+    objects = getattr(handle, "objects", None)
+    if objects is not None:
+        # Standalone, a RuntimeClass manifest the API server would refuse is refused when read.
+        objects.declare(kinds.RUNTIME_CLASS, runtimeclass_check)
     return RuntimeStage(handle.node.name, Path(settings.pod_logs_dir), NodeKeyring(root_dir, handle.clock.monotonic),
-                        records, pod_cgroups=podcgroup.enabled(settings))
+                        records, userns=UserNamespaces(root_dir), pod_cgroups=podcgroup.enabled(settings))
 
 
 plugin.stage_class = RuntimeStage  # type: ignore[attr-defined]

@@ -9,6 +9,8 @@ Mounts, devices and extra env that prepare stages (volumes, devices) contribute 
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 from collections.abc import Sequence
@@ -91,14 +93,16 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
                      container_type: str = "container",
                      additions: ContainerAdditions | None = None, *,
                      pod_ip: str = "", pod_ips: Sequence[str] = (), node: NodeInfo | None = None,
-                     image: t.Image | None = None, settings: Any = None) -> t.ContainerConfig:
+                     image: t.Image | None = None, settings: Any = None,
+                     userns: t.UserNamespace | None = None) -> t.ContainerConfig:
     """Build the CRI config of one container instance.
 
     Keyword inputs the kubelet also uses, each optional so that callers without them still get
     a valid config: ``pod_ip``/``pod_ips`` (the sandbox's, for status.podIP and /etc/hosts),
     ``node`` (status.hostIP, allocatable as the default resource limits), ``image`` (CRI
     ImageStatus of ``image_ref``: the image user for runAsNonRoot), ``settings`` (the agent's
-    configuration: rootDir for /etc/hosts, clusterDomain, seccompDefault).
+    configuration: rootDir for /etc/hosts, clusterDomain, seccompDefault), ``userns`` (the
+    sandbox's user namespace options: a container joins the pod's).
 
     Raises :class:`ContainerConfigError` when the spec cannot be honoured.
     """
@@ -117,6 +121,11 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
     etc_hosts = _hosts_mount(pod, facts, settings, mounts)
     if etc_hosts is not None:
         mounts.append(etc_hosts)
+    if userns is not None and userns.uids:
+        # The kubelet asks for every mount to be idmapped with the pod's mappings (the runtime
+        # makes the idmapped mounts): files the pod's root writes are root's on the host too.
+        mounts = [dataclasses.replace(m, uid_mappings=list(userns.uids), gid_mappings=list(userns.gids))
+                  for m in mounts]
 
     annotations = {
         L.CONTAINER_HASH: container_hash(container),
@@ -158,6 +167,6 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
             resources=linux_resources(container, pod),
             security_context=security.container_security(
                 pod, container, user, root_dir=getattr(settings, "root_dir", None),
-                seccomp_default=getattr(settings, "seccomp_default", False)),
+                seccomp_default=getattr(settings, "seccomp_default", False), userns=userns),
         ),
     )

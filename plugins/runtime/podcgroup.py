@@ -67,7 +67,7 @@ def unified() -> bool:
 
 def pod_values(pod: Pod) -> Values:
     """ResourceConfigForPod: requests summed (or pod-level), limits summed only when every
-    container has one (else unlimited), pod-level limits winning."""
+    container has one (else unlimited), pod-level limits winning; the overhead added to both."""
     requests = pod_requests(pod)
     limits: dict[str, int] = {}
     for res in ("cpu", "memory"):
@@ -81,6 +81,9 @@ def pod_values(pod: Pod) -> Values:
             limits[res] = max(total + sidecars, peak)
         if pod.spec.resources is not None and res in pod.spec.resources.limits:
             limits[res] = quantity.base_units(res, pod.spec.resources.limits[res])
+        # PodLimits adds the runtime class's overhead to a limit that exists (none stays none).
+        if limits.get(res) and res in (pod.spec.overhead or {}):
+            limits[res] += quantity.base_units(res, (pod.spec.overhead or {})[res])
     return Values(cpu_request=requests.get("cpu", 0), cpu_limit=limits.get("cpu", 0),
                   memory_request=requests.get("memory", 0), memory_limit=limits.get("memory", 0))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cri import CriError
 from cri import types as t
 from nodeagent import hostpaths
 from nodeagent import labels as L
@@ -16,7 +17,7 @@ from plugins.runtime.hosts import host_dns
 _PROTOCOLS = {"TCP": t.Protocol.TCP, "UDP": t.Protocol.UDP, "SCTP": t.Protocol.SCTP}
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 
-__all__ = ["SandboxConfigError", "host_dns", "log_directory", "pod_labels", "sandbox_config"]
+__all__ = ["SandboxConfigError", "grpc_error_text", "host_dns", "log_directory", "pod_labels", "sandbox_config"]
 
 
 class SandboxConfigError(Retryable):
@@ -24,6 +25,12 @@ class SandboxConfigError(Retryable):
     retries, with the event reason FailedCreatePodSandBox)."""
 
     reason = "FailedCreatePodSandBox"
+
+
+def grpc_error_text(exc: CriError) -> str:
+    """A CRI failure as the kubelet's messages quote it (Go gRPC's status text)."""
+    code = "".join(part.capitalize() for part in exc.code.name.split("_")) if exc.code is not None else "Unknown"
+    return f"rpc error: code = {code} desc = {exc.details}"
 
 
 def log_directory(pod_logs_dir: Path, pod: Pod) -> Path:
@@ -42,9 +49,10 @@ def pod_labels(pod: Pod, node_name: str) -> dict[str, str]:
 
 
 def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path, node_name: str, *,
-                   settings: Any = None) -> t.PodSandboxConfig:
+                   settings: Any = None, userns: t.UserNamespace | None = None) -> t.PodSandboxConfig:
     """``settings`` (the agent's configuration) supplies clusterDomain, clusterDNS, rootDir and
-    seccompDefault; without it the kubelet's defaults apply (cluster.local, no cluster DNS)."""
+    seccompDefault; without it the kubelet's defaults apply (cluster.local, no cluster DNS).
+    ``userns``: the pod's user namespace options (plugins/runtime/userns.py)."""
     spec = pod.spec
     cluster_domain = getattr(settings, "cluster_domain", DEFAULT_CLUSTER_DOMAIN)
     root_dir = getattr(settings, "root_dir", None)
@@ -75,7 +83,8 @@ def sandbox_config(pod: Pod, attempt: int, pod_logs_dir: Path, node_name: str, *
         linux=t.LinuxPodSandboxConfig(
             cgroup_parent=podcgroup.cgroup_parent(pod, settings),
             security_context=security.sandbox_security(pod, root_dir=root_dir,
-                                                       seccomp_default=getattr(settings, "seccomp_default", False)),
+                                                       seccomp_default=getattr(settings, "seccomp_default", False),
+                                                       userns=userns),
             sysctls=security.sysctls(pod),
         ),
     )

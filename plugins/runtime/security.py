@@ -115,9 +115,10 @@ def apparmor_for(pod: Pod, container: Container) -> tuple[t.SecurityProfile | No
     return t.SecurityProfile(profile_type=t.ProfileType.Unconfined), "unconfined"
 
 
-def namespace_options(pod: Pod) -> t.NamespaceOption:
+def namespace_options(pod: Pod, userns: t.UserNamespace | None = None) -> t.NamespaceOption:
     """NamespacesForPod: host namespaces when asked, one PID namespace for the pod when it
-    shares its process namespace, else one per container."""
+    shares its process namespace, else one per container; the pod's user namespace
+    (plugins/runtime/userns.py) for the sandbox and each container alike."""
     spec = pod.spec
     if spec.host_pid:
         pid = t.NamespaceMode.NODE
@@ -129,6 +130,7 @@ def namespace_options(pod: Pod) -> t.NamespaceOption:
         network=t.NamespaceMode.NODE if spec.host_network else t.NamespaceMode.POD,
         pid=pid,
         ipc=t.NamespaceMode.NODE if spec.host_ipc else t.NamespaceMode.POD,
+        userns_options=userns,
     )
 
 
@@ -141,7 +143,8 @@ def supplemental_groups(pod: Pod) -> list[int]:
 
 
 def container_security(pod: Pod, container: Container, user: ImageUser | None, *, root_dir: Path | None = None,
-                       seccomp_default: bool = False) -> t.LinuxContainerSecurityContext:
+                       seccomp_default: bool = False,
+                       userns: t.UserNamespace | None = None) -> t.LinuxContainerSecurityContext:
     """determineEffectiveSecurityContext: what CRI gets for one container."""
     sc = effective(pod, container)
     caps = None
@@ -159,7 +162,7 @@ def container_security(pod: Pod, container: Container, user: ImageUser | None, *
     return t.LinuxContainerSecurityContext(
         capabilities=caps,
         privileged=bool(sc.privileged),
-        namespace_options=namespace_options(pod),
+        namespace_options=namespace_options(pod, userns),
         run_as_user=run_as_user,
         run_as_group=sc.run_as_group,
         run_as_username=run_as_username if run_as_user is None else "",
@@ -185,8 +188,8 @@ def _legacy_seccomp(profile: t.SecurityProfile) -> str:
     return "unconfined"
 
 
-def sandbox_security(pod: Pod, *, root_dir: Path | None = None,
-                     seccomp_default: bool = False) -> t.LinuxSandboxSecurityContext:
+def sandbox_security(pod: Pod, *, root_dir: Path | None = None, seccomp_default: bool = False,
+                     userns: t.UserNamespace | None = None) -> t.LinuxSandboxSecurityContext:
     """The sandbox's: namespaces, pod-level run-as and groups, privileged when any container
     is (the pause container must be able to host it)."""
     sc = pod.spec.security_context
@@ -194,7 +197,7 @@ def sandbox_security(pod: Pod, *, root_dir: Path | None = None,
     seccomp = seccomp_for(pod, None, root_dir, True) if sc and sc.seccomp_profile else \
         t.SecurityProfile(profile_type=t.ProfileType.RuntimeDefault)
     return t.LinuxSandboxSecurityContext(
-        namespace_options=namespace_options(pod),
+        namespace_options=namespace_options(pod, userns),
         run_as_user=sc.run_as_user if sc else None,
         run_as_group=sc.run_as_group if sc else None,
         supplemental_groups=supplemental_groups(pod),

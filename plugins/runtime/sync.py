@@ -21,7 +21,9 @@ import anyio
 from cri import CriError, NotFound
 from cri import types as t
 from nodeagent import labels as L
+from nodeagent.additions import ContainerAdditions
 from nodeagent.events import ContainerCreated
+from nodeagent.model import Container
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.model import Container
 from nodeagent.stages import PodContext, Result
@@ -226,8 +228,16 @@ class Syncer:
         for c in ctx.observed.containers:
             if c.name == name and c.id != keep and c.exited:
                 await _remove(ctx, c.id)
+        extra = ctx.additions.merged(name)
+        unmounted = _unmounted(container, extra) if step.kind == "ephemeral" else []
+        if unmounted:
+            # The volume stages hand out mounts at prepare, for the containers the pod had then:
+            # an ephemeral container added later would run without these (never silently).
+            message = (f"volumeMounts of ephemeral container {name!r} are not supported by nodeagent: "
+                       f"{', '.join(unmounted)}")
+            await _failed(ctx, name, "CreateContainerConfigError", message)
+            return ERROR_RETRY_SECONDS
         try:
-            extra = ctx.additions.merged(name)
             # subPaths and typed hostPaths: opened, checked and bound now, for this instance —
             # never what an earlier start (or prepare) saw, which a container may have changed.
             extra.mounts.extend(await anyio.to_thread.run_sync(bind_volume_mounts, ctx.pod_dir, name, extra.binds))
@@ -247,7 +257,8 @@ class Syncer:
         try:
             config = container_config(pod, container, attempt, ref, self.node_name,
                                       container_type=CONTAINER_TYPES[step.kind],
-                                      additions=extra, **await runtime_inputs(ctx, sandbox_id, ref))
+                                      additions=extra, userns=_userns_of(sandbox_config),
+                                      **await runtime_inputs(ctx, sandbox_id, ref))
         except CriError as exc:
             message_file.unlink(missing_ok=True)
             await _failed(ctx, name, "CreateContainerConfigError", str(exc.details or exc))
@@ -386,6 +397,12 @@ async def _sandbox_ready(ctx: PodContext, sandbox_id: str) -> bool:
     except NotFound:
         return False
     return bool(status.state == t.PodSandboxState.SANDBOX_READY)
+def _unmounted(container: Container, extra: ContainerAdditions) -> list[str]:
+    """The container's volumeMounts no stage added a mount for ("volume at path")."""
+    provided = {m.container_path for m in extra.mounts} | {b.container_path for b in extra.binds}
+    return [f"{m.name} at {m.mount_path}" for m in container.volume_mounts if m.mount_path not in provided]
+
+
 async def _start_container(ctx: PodContext, container_id: str) -> None:
     """StartContainer, not abandoned half-way: cancelled on our side (a kill cancels the observe
     loop), the start still completes in containerd, after the stop phase listed the container as
@@ -396,3 +413,10 @@ async def _start_container(ctx: PodContext, container_id: str) -> None:
     with anyio.CancelScope(shield=True):
         await ctx.runtime.start_container(container_id)
 
+
+def _userns_of(config: t.PodSandboxConfig) -> t.UserNamespace | None:
+    """The sandbox's user namespace options, which each container repeats (as the kubelet's)."""
+    linux = config.linux
+    sc = linux.security_context if linux is not None else None
+    options = sc.namespace_options if sc is not None else None
+    return options.userns_options if options is not None else None

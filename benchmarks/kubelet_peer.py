@@ -1,0 +1,256 @@
+"""The upstream kubelet as a benchmark peer: standalone, static pods, on the benchmark's containerd.
+
+The kubelet v1.37.2 that ``python -m controlplane build kubelet`` puts in the shared cache runs
+with no API server (no ``--kubeconfig``: standalone mode), a static pod dir, its own root and
+cert dirs, and the cgroupfs driver on the cgroup v1 hierarchies these machines mount
+(``failCgroupV1: false``). Everything else is the kubelet's default, as a node would run it.
+
+The machine is shared with other sessions, so what the kubelet would change beyond its own
+pods is kept to itself:
+
+- **Kernel tunables.** On start the kubelet sets vm.overcommit_memory=1, kernel.panic=10,
+  kernel.panic_on_oops=1 and three more (container_manager_linux.go, setupKernelTunables); they
+  are host-wide. It runs in a private mount namespace where each of those /proc/sys files is a
+  bind-mounted copy, so its writes land in the copy (``KubeletProcess.tunables_written`` says
+  what it wrote).
+- **iptables and ports.** It creates KUBE-IPTABLES-HINT and KUBE-FIREWALL (a DROP rule for
+  non-loopback traffic to 127.0.0.0/8) and listens on its ports: it runs in a private network
+  namespace. Its pods are unaffected: their network is containerd's and CNI's, set up in the
+  host namespace; the kubelet reaches containerd over a unix socket. The namespace has a veth
+  pair with a documentation address (NODE_IP) and a default route through it, so the kubelet
+  finds a node IP as on a real node (without one it fails its node status every 10 s). Its
+  hostname resolves to that address through a private /etc/hosts: the kubelet looks its node
+  name up (net.LookupIP) in its sync loop, and a DNS query from a namespace whose route leads
+  nowhere waits out the resolver's timeouts, 10 s a time, which stalled every pod start.
+- **Orphan pod cgroups.** The kubelet kills the processes of pod cgroups under its root that it
+  does not know (cleanupOrphanedPodCgroups). Its ``cgroupRoot`` is a directory of its own, so
+  nothing of another session (nodeagent's /nodeagent-pods, another kubelet's /kubepods) is
+  under it.
+
+Two agents on one containerd kill each other's pods as orphans: the caller runs this one only
+when the runtime is empty and empties it after (benchmarks.pod_start).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+CGROUP_FS = Path("/sys/fs/cgroup")
+NODE_IP = "192.0.2.10"  # TEST-NET-1 (RFC 5737), only ever inside the kubelet's network namespace
+GATEWAY = "192.0.2.1"
+
+READY_LINE = "Eviction manager: starting control loop"
+
+# The /proc/sys files setupKernelTunables reads and (in its default mode) writes.
+KERNEL_TUNABLES = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
+
+# In the private namespaces: loopback up, the tunables shadowed, then the kubelet itself (exec:
+# the process the caller started *is* the kubelet, so its /proc CPU and RSS are the kubelet's).
+_WRAPPER = """set -e
+dir=$1; shift
+ip link set lo up
+ip link add nodeip0 type veth peer name nodeip1
+ip addr add {node_ip}/24 dev nodeip0
+ip link set nodeip0 up
+ip link set nodeip1 up
+ip route add default via {gateway} dev nodeip0 onlink
+mount --bind "$dir/hosts" /etc/hosts
+for t in {tunables}; do
+  mount --bind "$dir/$(echo "$t" | tr / _)" "/proc/sys/$t"
+done
+exec "$@"
+"""
+
+
+def kubelet_config(*, endpoint: str, static_pod_path: Path, pod_logs_dir: Path, cgroup_root: str,
+                   port: int, healthz_port: int, max_pods: int) -> dict[str, Any]:
+    """The KubeletConfiguration of a standalone benchmark node.
+
+    No API server, so no authentication to delegate: anonymous and webhook are off and every
+    request is allowed (the server listens on loopback in a namespace of its own). Eviction
+    thresholds are the runner's (conformance/e2e): the defaults (nodefs.available 10 %) would
+    evict the benchmark's pods on a shared, fuller disk, and nodeagent's are no stricter.
+    """
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "address": "127.0.0.1",
+        "port": port,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz_port,
+        "readOnlyPort": 0,
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": cgroup_root,
+        "cgroupsPerQOS": True,
+        "failSwapOn": False,
+        "failCgroupV1": False,  # these machines mount cgroup v1 hierarchies
+        "containerRuntimeEndpoint": endpoint,
+        "staticPodPath": str(static_pod_path),
+        "podLogsDir": str(pod_logs_dir),
+        "maxPods": max_pods,
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "imageGCHighThresholdPercent": 100,
+        "serializeImagePulls": False,
+    }
+
+
+def cgroup_hierarchies(root: Path = CGROUP_FS) -> list[Path]:
+    """Every mounted hierarchy under /sys/fs/cgroup (v1: one per controller, plus systemd and
+    the controller-less unified mount), skipping the aliases (cpu,cpuacct is linked as cpu)."""
+    out = []
+    for path in sorted(root.iterdir()):
+        if path.is_dir() and not path.is_symlink():
+            out.append(path)
+    return out
+
+
+def make_cgroup_root(name: str) -> None:
+    """The kubelet refuses a cgroupRoot that does not exist in every hierarchy; cpuset needs its
+    cpus and mems filled in before any child may hold a task."""
+    for hierarchy in cgroup_hierarchies():
+        d = hierarchy / name.strip("/")
+        d.mkdir(exist_ok=True)
+        for knob in ("cpuset.cpus", "cpuset.mems"):
+            parent = hierarchy / knob
+            if parent.exists() and not (d / knob).read_text().strip():
+                (d / knob).write_text(parent.read_text())
+
+
+def remove_cgroup_root(name: str) -> list[Path]:
+    """rmdir the root and what the kubelet made under it, deepest first; returns what could not
+    be removed (a cgroup that still holds a task)."""
+    left = []
+    for hierarchy in cgroup_hierarchies():
+        top = hierarchy / name.strip("/")
+        if not top.is_dir():
+            continue
+        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+        for d in [*dirs, top]:
+            try:
+                d.rmdir()
+            except OSError:
+                left.append(d)
+    return left
+
+
+class KubeletProcess:
+    """One standalone kubelet, with its own dirs under workdir (the node name is its hostname
+    override, so static pods are named ``<manifest name>-<node>`` as nodeagent names them)."""
+
+    def __init__(self, workdir: Path, binary: Path, endpoint: str, max_pods: int) -> None:
+        self.node = f"kubelet{uuid.uuid4().hex[:6]}"
+        self.dir = workdir / self.node
+        self.manifests = self.dir / "manifests"
+        self.manifests.mkdir(parents=True)
+        self.tunables = self.dir / "tunables"
+        self.log_path = self.dir / "kubelet.log"
+        self.cgroup_root = f"/nodeagent-bench-{self.node}"
+        self.healthz_port = 10248
+        config = kubelet_config(endpoint=endpoint, static_pod_path=self.manifests, pod_logs_dir=self.dir / "logs",
+                                cgroup_root=self.cgroup_root, port=10250, healthz_port=self.healthz_port,
+                                max_pods=max_pods)
+        self.config_path = self.dir / "kubelet-config.json"
+        self.config_path.write_text(json.dumps(config, indent=1) + "\n")
+        root = self.dir / "root"
+        self.argv = [str(binary), f"--config={self.config_path}", f"--root-dir={root}",
+                     f"--cert-dir={root / 'pki'}", f"--hostname-override={self.node}"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.tunables.mkdir()
+        for t in KERNEL_TUNABLES:  # the host's values, so that the kubelet reads what it would read
+            (self.tunables / t.replace("/", "_")).write_text(Path("/proc/sys", t).read_text())
+        (self.tunables / "hosts").write_text(Path("/etc/hosts").read_text() + f"\n{NODE_IP} {self.node}\n")
+        make_cgroup_root(self.cgroup_root)
+        wrapper = _WRAPPER.format(tunables=" ".join(KERNEL_TUNABLES), node_ip=NODE_IP, gateway=GATEWAY)
+        argv = ["unshare", "--mount", "--net", "--propagation", "slave", "sh", "-c", wrapper, "kubelet-peer",
+                str(self.tunables), *self.argv]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kubelet exited with {self.proc.returncode}; log {self.log_path}:\n"
+                                   + self.log_tail())
+            if self.healthy() and self.runtime_modules_started():
+                return
+            time.sleep(0.25)
+        raise TimeoutError(f"kubelet not healthy after {timeout:.0f}s; log {self.log_path}:\n" + self.log_tail())
+
+    def healthy(self) -> bool:
+        """GET /healthz inside the kubelet's network namespace."""
+        done = subprocess.run(["nsenter", f"--net=/proc/{self.pid}/ns/net", "curl", "-sf", "--max-time", "1",
+                               f"http://127.0.0.1:{self.healthz_port}/healthz"],
+                              check=False, capture_output=True, text=True)
+        return done.returncode == 0 and done.stdout.strip() == "ok"
+
+    def runtime_modules_started(self) -> bool:
+        """/healthz answers before the kubelet's runtime-dependent modules (cAdvisor, the container
+        manager, eviction) have started; until then its sync loop skips every pod ("container
+        runtime status check may not have completed yet"), which took 10 s in one run here. The
+        eviction manager is the last of them to start (kubelet.go initializeRuntimeDependentModules)
+        and says so at the default verbosity."""
+        try:
+            return READY_LINE in self.log_path.read_text(errors="replace")
+        except OSError:
+            return False
+
+    def tunables_written(self) -> dict[str, str]:
+        """What the kubelet set in its shadowed /proc/sys files (it would have set the host's)."""
+        out = {}
+        for t in KERNEL_TUNABLES:
+            value = (self.tunables / t.replace("/", "_")).read_text().strip()
+            if value != Path("/proc/sys", t).read_text().strip():
+                out[t] = value
+        return out
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def cleanup(self) -> list[Path]:
+        """After stop() and once the runtime is empty: the cgroup root (returns what is left)."""
+        left = remove_cgroup_root(self.cgroup_root)
+        shutil.rmtree(self.dir / "root" / "pods", ignore_errors=True)
+        return left
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def binary_path() -> Path | None:
+    """The cached kubelet binary, or None when it is not built (the default run then has no peer)."""
+    from controlplane import build as cpbuild
+
+    return cpbuild.binary("kubelet") if cpbuild.is_built("kubelet") else None
+

@@ -25,7 +25,6 @@ from nodeagent.additions import ContainerAdditions
 from nodeagent.events import ContainerCreated
 from nodeagent.model import Container
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
-from nodeagent.model import Container
 from nodeagent.stages import PodContext, Result
 from nodeagent.stash import StashKey
 from nodeagent.volumebind import VolumeBindError, bind_volume_mounts

@@ -44,7 +44,8 @@ CANCEL_POINTS: tuple[CancelPoint, ...] = ("as-it-begins", "in-flight", "answer-l
 SETUP_PHASES: tuple[Phase, ...] = (Phase.ADMIT, Phase.RESERVE, Phase.PREPARE, Phase.PERMIT, Phase.START)
 UNDO_PHASES: tuple[Phase, ...] = (Phase.STOP, Phase.UNPREPARE, Phase.CLEANUP, Phase.UNRESERVE)
 MUTATIONS = frozenset({"run_pod_sandbox", "stop_pod_sandbox", "remove_pod_sandbox", "create_container",
-                       "start_container", "stop_container", "remove_container", "update_container_resources"})
+                       "start_container", "stop_container", "remove_container", "update_container_resources",
+                       "update_pod_sandbox_resources"})
 """Runtime calls that change a pod's sandboxes or containers."""
 
 HOLD_LIMIT_SECONDS = 30.0

@@ -405,6 +405,17 @@ class RuntimeClient:
         await self._unary("UpdateContainerResources", request, api.UpdateContainerResourcesResponse,
                           timeout=self.timeout)
 
+    async def update_pod_sandbox_resources(self, sandbox_id: str, resources: t.LinuxContainerResources,
+                                           overhead: t.LinuxContainerResources | None = None) -> None:
+        """The sandbox's resources after a pod-level resize (cri-api >= 0.33; containerd 2.x
+        records them and tells NRI plugins; Unimplemented on 1.6)."""
+        request = api.UpdatePodSandboxResourcesRequest(
+            pod_sandbox_id=sandbox_id, resources=to_proto(resources, api.LinuxContainerResources))
+        if overhead is not None:
+            request.overhead.CopyFrom(to_proto(overhead, api.LinuxContainerResources))
+        await self._unary("UpdatePodSandboxResources", request, api.UpdatePodSandboxResourcesResponse,
+                          timeout=self.timeout)
+
     async def reopen_container_log(self, container_id: str) -> None:
         await self._unary("ReopenContainerLog", api.ReopenContainerLogRequest(container_id=container_id),
                           api.ReopenContainerLogResponse, timeout=self.timeout)

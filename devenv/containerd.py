@@ -23,7 +23,7 @@ import signal
 import subprocess
 import tarfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import grpc
@@ -147,13 +147,17 @@ class Containerd:
     """One private containerd daemon with the CRI plugin, bridge CNI and our images."""
 
     def __init__(self, base_dir: str | os.PathLike[str], *, subnet: str | None = None,
-                 start_timeout: float = START_TIMEOUT, runtime: Runtime | None = None) -> None:
+                 start_timeout: float = START_TIMEOUT, runtime: Runtime | None = None,
+                 registry_mirrors: Mapping[str, str] | None = None) -> None:
         """`subnet` None means: the one in an existing config under base_dir, else
         DEFAULT_SUBNET for DEFAULT_DIR, else one derived from base_dir (so that
         a test session and the demo never share a subnet). `runtime` None means
-        the one $NODEAGENT_RUNTIME selects (devenv.runtime.selected())."""
+        the one $NODEAGENT_RUNTIME selects (devenv.runtime.selected()).
+        `registry_mirrors` maps a registry host (registry.k8s.io) to a plain-HTTP
+        mirror on loopback (host:port, devenv.registry) that containerd asks first."""
         self.base_dir = Path(base_dir).absolute()
         self.runtime = runtime or selected()
+        self.registry_mirrors = dict(registry_mirrors or {})
         self.subnet = str(ipaddress.ip_network(subnet or self._default_subnet()))
         self.start_timeout = start_timeout
         if len(self.socket_path) > _MAX_SOCKET:
@@ -204,6 +208,11 @@ class Containerd:
     def crun_wrapper(self) -> Path:
         """What the crun handler runs (see _CRUN_WRAPPER)."""
         return self.base_dir / "bin" / "crun"
+
+    @property
+    def registry_config_dir(self) -> Path:
+        """containerd's registry host configs: <host>/hosts.toml (its config_path)."""
+        return self.base_dir / "certs.d"
 
     @property
     def log_path(self) -> Path:
@@ -297,6 +306,19 @@ class Containerd:
             lines.append(f"  Root = {_toml(str(root))}")
         return lines
 
+    def _registry_config(self, section: str) -> list[str]:
+        """config_path (both schemas) when there are mirrors: per registry host a hosts.toml
+        whose mirror is tried first; a 404 there falls back to the registry itself."""
+        if not self.registry_mirrors:
+            return []
+        return [f"[{section}.registry]", f"  config_path = {_toml(str(self.registry_config_dir))}", ""]
+
+    def registry_hosts_toml(self, host: str) -> str:
+        mirror = self.registry_mirrors[host]
+        return "\n".join([f"server = {_toml('https://' + host)}", "",
+                          f"[host.{_toml('http://' + mirror)}]",
+                          '  capabilities = ["pull", "resolve"]', ""])
+
     def _cri_config_v2(self) -> list[str]:
         """containerd 1.6: everything CRI in plugins."io.containerd.grpc.v1.cri"."""
         cri = 'plugins."io.containerd.grpc.v1.cri"'
@@ -309,6 +331,7 @@ class Containerd:
             '  stream_server_port = "0"',
             "  stats_collect_period = 1",
             "",
+            *self._registry_config(cri),
             f"[{cri}.cni]",
             '  bin_dir = "/usr/lib/cni"',
             f"  conf_dir = {_toml(str(self.cni_conf_dir))}",
@@ -330,6 +353,7 @@ class Containerd:
             "  stats_collect_period = 1",  # seconds (an int here, a duration in the runtime's)
             f"[{images}.pinned_images]",
             f"  sandbox = {_toml(PAUSE_IMAGE)}",
+            *self._registry_config(images),
             "",
             f"[{runtime}]",
             "  restrict_oom_score_adj = true",
@@ -396,6 +420,10 @@ class Containerd:
         self.crun_wrapper.parent.mkdir(exist_ok=True)
         self.crun_wrapper.write_text(_CRUN_WRAPPER.replace("@CRUN@", CRUN.probe))
         self.crun_wrapper.chmod(0o755)
+        for host in self.registry_mirrors:
+            hosts = self.registry_config_dir / host / "hosts.toml"
+            hosts.parent.mkdir(parents=True, exist_ok=True)
+            hosts.write_text(self.registry_hosts_toml(host))
 
     # --- lifecycle -----------------------------------------------------------
 

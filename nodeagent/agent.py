@@ -21,7 +21,7 @@ import structlog
 
 from cri import CriError, RuntimeClient
 from nodeagent import events as ev
-from nodeagent import quantity
+from nodeagent import cgroupdriver, quantity
 from nodeagent.admission import AdmissionCycle
 from nodeagent.apiclient import make_api_client
 from nodeagent.bus import TOPOLOGY, Bus, consume
@@ -185,6 +185,9 @@ class Agent:
         self.clock = clock or SystemClock()
         self.bus = Bus(TOPOLOGY, cluster=config.kubeconfig is not None)
         self.supervisor: Supervisor | None = None
+        self.cgroup_driver = cgroupdriver.CgroupDriver(cgroupdriver.configured(self.config.kubelet.cgroup_driver),
+                                                         from_runtime=False)
+        """The node's cgroup driver, asked of the runtime once it is connected."""
         """Runs every long-lived task (set when the agent runs)."""
         kubelet = config.kubelet
         self.runtime = RuntimeClient(kubelet.container_runtime_endpoint, timeout=kubelet.runtime_request_timeout)
@@ -306,6 +309,12 @@ class Agent:
                 for manager in self._certificate_managers():
                     await sup.start(manager.run, name=f"certificate:{manager.name}")
                 await self._connect_runtime()
+                self.cgroup_driver = await cgroupdriver.resolve(
+                    self.runtime, cgroupdriver.configured(self.config.kubelet.cgroup_driver))
+                if self.cgroup_driver.driver != cgroupdriver.CGROUPFS and self.config.kubelet.cgroups_per_qos:
+                    log.error("the runtime uses the systemd cgroup driver, which nodeagent does not implement: "
+                              "every pod is refused", from_runtime=self.cgroup_driver.from_runtime)
+                self.metrics.collectors.append(self.cgroup_driver.render_metrics)
                 await sup.start(self.relister.run, name="pleg")
                 await sup.start(self.status.run, name="status")
                 await sup.start(self.stats.run, name="stats")
@@ -322,6 +331,9 @@ class Agent:
                     await sup.start(self.plugin_watcher.run, name="plugin-watcher")
                 services = Services(
                     runtime=self.runtime, clock=self.clock, node=self.node, settings=self.settings,
+                    # Without pod cgroups (cgroupsPerQOS false) the runtime places sandboxes itself.
+                    cgroup_driver=(self.cgroup_driver.driver if self.config.kubelet.cgroups_per_qos
+                                   else cgroupdriver.CGROUPFS),
                     relister=self.relister, status=self.status, publish=self.bus.publish,
                     objects=self.objects,
                     admission=AdmissionCycle(self.pipeline, self.node), pipeline=self.pipeline,
@@ -504,6 +516,7 @@ class Agent:
         out: dict[str, Any] = {"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1"}
         out.update(self.config.kubelet.model_dump(mode="json", by_alias=True, exclude_none=True))
         out["nodeName"] = self.config.node_name
+        out["cgroupDriver"] = self.cgroup_driver.driver  # the runtime's when it said (the kubelet's too)
         for stage in self._stages():
             fields = getattr(stage, "kubelet_config", None)
             if callable(fields):

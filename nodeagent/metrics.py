@@ -33,6 +33,7 @@ RUNTIME_OPERATIONS = {
     "CreateContainer": "create_container", "StartContainer": "start_container", "StopContainer": "stop_container",
     "RemoveContainer": "remove_container", "ListContainers": "list_containers", "ContainerStatus": "container_status",
     "UpdateContainerResources": "update_container", "ReopenContainerLog": "reopen_container_log",
+    "UpdatePodSandboxResources": "update_podsandbox_resources",
     "ExecSync": "exec_sync", "Exec": "exec", "Attach": "attach", "PortForward": "port_forward",
     "ContainerStats": "container_stats", "ListContainerStats": "list_container_stats",
     "PodSandboxStats": "podsandbox_stats", "ListPodSandboxStats": "list_podsandbox_stats",

@@ -329,14 +329,7 @@ class Container(_ApiModel):
     @property
     def pull_policy(self) -> str:
         """The API default: Always for :latest or untagged images, else IfNotPresent."""
-        if self.image_pull_policy:
-            return self.image_pull_policy
-        ref = self.image.rsplit("/", 1)[-1]
-        if "@" in ref:
-            return "IfNotPresent"
-        if ":" not in ref or ref.endswith(":latest"):
-            return "Always"
-        return "IfNotPresent"
+        return self.image_pull_policy or default_pull_policy(self.image)
 
 
 
@@ -391,6 +384,30 @@ class HostPathVolumeSource(_ApiModel):
     path: str
     type: Literal["", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice",
                   "BlockDevice"] = ""
+
+
+def default_pull_policy(image: str) -> str:
+    """The API's default pull policy for an image reference (SetDefaults_Container and
+    SetDefaults_Volume): Always for :latest or an untagged image, else IfNotPresent."""
+    ref = image.rsplit("/", 1)[-1]
+    if "@" in ref:
+        return "IfNotPresent"
+    if ":" not in ref or ref.endswith(":latest"):
+        return "Always"
+    return "IfNotPresent"
+
+
+class ImageVolumeSource(_ApiModel):
+    """volumes[].image (KEP-4639, GA in 1.36): an OCI image mounted read-only into the
+    containers that mount the volume. Pulled by the runtime stage with the pod's pull secrets
+    and mounted by the runtime itself (CRI Mount.image), never by a path of ours."""
+
+    reference: str = ""
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+
+    @property
+    def policy(self) -> str:
+        return self.pull_policy or default_pull_policy(self.reference)
 
 
 class DownwardAPIVolumeFile(_ApiModel):
@@ -497,6 +514,8 @@ class Volume(_ApiModel):
     persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = None
     ephemeral: EphemeralVolumeSource | None = None
     csi: CSIVolumeSource | None = None
+    image: ImageVolumeSource | None = None
+    """Pulled and mounted by the runtime stage (plugins/runtime/imagevolumes.py)."""
 
 
 class PodResourceClaim(_ApiModel):

@@ -15,10 +15,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from cri import types as t
 from nodeagent.model import Pod, unhonoured_fields
 
 UNSUPPORTED_VOLUME = "UnsupportedVolume"
 UNSUPPORTED_FIELD = "UnsupportedPodField"
+UNSUPPORTED_CGROUP_DRIVER = "UnsupportedCgroupDriver"
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,10 @@ class Refusal:
     reason: str
     message: str
 
+
+# The first containerd whose CRI mounts images (Mount.image, containerd PR #10579, 2.1.0).
+IMAGE_MOUNTS_SINCE = (2, 1)
+_VERSION = re.compile(r"v?(\d+)\.(\d+)")
 
 _VOLUME_SOURCE = re.compile(r"^spec\.volumes\[(\d+)\]\.(\w+)$")
 # Paths (after list indexes are dropped) whose absence changes what the pod gets, and why.
@@ -35,8 +41,36 @@ _CONSEQUENTIAL = {
 }
 
 
-def refusal(pod: Pod) -> Refusal | None:
-    """Why ``pod`` must not run on this node as it is, or None."""
+def mounts_images(runtime: t.VersionInfo | None) -> bool:
+    """Whether the runtime's CRI mounts image volumes. containerd before 2.1 ignores
+    ``Mount.image`` (an unknown field to it); other runtimes (CRI-O since 1.31) are trusted
+    to say so themselves at CreateContainer."""
+    if runtime is None or runtime.runtime_name != "containerd":
+        return True
+    found = _VERSION.match(runtime.runtime_version)
+    return found is None or (int(found.group(1)), int(found.group(2))) >= IMAGE_MOUNTS_SINCE
+
+
+def refusal(pod: Pod, runtime: t.VersionInfo | None = None, *, cgroup_driver: str = "cgroupfs") -> Refusal | None:
+    """Why ``pod`` must not run on this node as it is, or None. ``runtime`` (the CRI Version
+    answer) says what the runtime can do; None: assume it can. ``cgroup_driver`` is the node's
+    (nodeagent/cgroupdriver.py)."""
+    if cgroup_driver != "cgroupfs":
+        # Pod cgroups are cgroupfs paths here: runc under the systemd driver refuses them.
+        return Refusal(UNSUPPORTED_CGROUP_DRIVER, f"the runtime uses the {cgroup_driver} cgroup driver, which "
+                                                  "nodeagent does not implement (its pod cgroups are cgroupfs "
+                                                  "paths): the pod's sandbox could not be created")
+    if not mounts_images(runtime):
+        assert runtime is not None
+        for vol in pod.spec.volumes:
+            if vol.image is not None and any(m.name == vol.name for c in
+                                                (*pod.all_containers(), *pod.spec.ephemeral_containers)
+                                                for m in c.volume_mounts):
+                # The kubelet would send the mount and the runtime would fail every
+                # CreateContainer (CreateContainerError, forever); refused at once instead.
+                return Refusal(UNSUPPORTED_VOLUME, f'volume "{vol.name}" is an image volume, which the runtime '
+                                                   f"({runtime.runtime_name} {runtime.runtime_version}) cannot mount: "
+                                                   "image volumes need containerd 2.1 or later")
     sc = pod.spec.security_context
     if sc is not None and (sc.model_extra or {}).get("supplementalGroupsPolicy") == "Strict":
         return Refusal(UNSUPPORTED_FIELD, "spec.securityContext.supplementalGroupsPolicy: Strict is not "
@@ -54,4 +88,5 @@ def refusal(pod: Pod) -> Refusal | None:
     return None
 
 
-__all__ = ["Refusal", "UNSUPPORTED_FIELD", "UNSUPPORTED_VOLUME", "refusal"]
+__all__ = ["IMAGE_MOUNTS_SINCE", "UNSUPPORTED_CGROUP_DRIVER", "UNSUPPORTED_FIELD", "UNSUPPORTED_VOLUME", "Refusal",
+           "mounts_images", "refusal"]

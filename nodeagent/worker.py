@@ -93,6 +93,8 @@ class Services:
     admission: AdmissionCycle
     pipeline: Pipeline
     root_dir: Path
+    cgroup_driver: str = "cgroupfs"
+    """The node's cgroup driver (nodeagent/cgroupdriver.py): pods are refused on systemd."""
     objects: ObjectStore = field(default_factory=FileObjects)
     """The agent's object store (nodeagent.objects); stages reach it as ``ctx.objects``
     (standalone and in tests without an API: the manifest-backed store, empty)."""
@@ -359,7 +361,8 @@ class PodWorker:
 
     async def _admit(self) -> Result:
         problem = hostpaths.pod_problem(self.pod)
-        refused = refusal(self.pod)
+        refused = refusal(self.pod, getattr(self.services.runtime, "runtime_version", None),
+                          cgroup_driver=self.services.cgroup_driver)
         if problem is not None:
             # Before any stage: a name that cannot be a host path component never reaches one.
             result, stage = Result.reject(UNSAFE_NAMES, f"pod names cannot be host paths: {problem}"), "worker"

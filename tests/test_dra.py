@@ -154,6 +154,19 @@ async def test_claimed_device_mount_and_env_are_visible_inside_the_container(
         assert (entry.uid, entry.prepared, entry.pod_uids) == (uid, True, {env.uid_of("gpu")})
         assert [d.cdi_device_ids for d in entry.devices()] == [(f"nodeagent.example/gpu={uid}-gpu1",)]
         assert env.status_of("gpu").get("reason") is None
+        # resolveCdi auto: containerd 2.x is given the CDI device names and applies the spec
+        # itself; on 1.6 the agent applied it, and the config names no CDI device.
+        container = await env.wait_running("gpu")
+        _, info = await env.client.container_status(container.id, verbose=True)
+        config = json.loads(info["info"])["config"]
+        named = [d.get("name") for d in config.get("CDI_devices") or []]
+        version = env.client.runtime_version
+        assert version is not None
+        if int(version.runtime_version.lstrip("v").split(".")[0]) >= 2:
+            assert named == [f"nodeagent.example/gpu={uid}-gpu1"], config
+            assert not config.get("devices"), config  # none of the agent's own
+        else:
+            assert named == [] and config.get("devices"), config
 
         env.remove("gpu.yaml")
         await calls(driver, UNPREPARE, 1)

@@ -264,6 +264,16 @@ def test_volumes_and_mounts() -> None:
         "spec.volumes[0].downwardAPI.items[0].path: Invalid value: \"../x\": must not start with '..'"]
 
 
+
+def test_image_volumes() -> None:
+    # validateImageVolumeSource; since 1.33 subPath (and subPathExpr) may name a directory of the image
+    assert errors_of(pod(volumes=[{"name": "i", "image": {"reference": "kitten:1.8", "pullPolicy": "Always"}}],
+                         container={"volumeMounts": [{"name": "i", "mountPath": "/v", "subPath": "etc"}]})) == []
+    assert errors_of(pod(volumes=[{"name": "i", "image": {"pullPolicy": "Sometimes"}}])) == [
+        "spec.volumes[0].image.reference: Required value",
+        'spec.volumes[0].image.pullPolicy: Unsupported value: "Sometimes": supported values: "Always", '
+        '"IfNotPresent", "Never"']
+
 def test_env_labels_annotations() -> None:
     doc = pod(metadata={"name": "web", "labels": {"a b": "c"}, "annotations": {"x": "y" * (256 * 1024)}},
               container={"env": [{"name": "A=B", "value": SECRET}, {"name": "", "value": SECRET}]})

@@ -103,6 +103,26 @@ async def running_container_named(env: Any, uid: str, name: str) -> Any:
     raise AssertionError(f"no running container {name} in pod {uid}")
 
 
+async def sandbox_resources(env: Any, uid: str) -> dict[str, Any] | None:
+    """The pod's sandbox resources as the runtime recorded them (containerd 2.x's verbose
+    PodSandboxStatus info), or None when the runtime has no UpdatePodSandboxResources."""
+    from cri import Unimplemented
+    from cri import types as t
+    from nodeagent import labels as L
+
+    try:
+        await env.client.update_pod_sandbox_resources("", t.LinuxContainerResources())
+    except Unimplemented:
+        return None
+    except Exception:  # noqa: BLE001 - implemented: an empty sandbox ID is simply not found
+        pass
+    [sandbox] = [s for s in await env.client.list_pod_sandbox() if s.labels.get(L.POD_UID) == uid
+                 and s.state == t.PodSandboxState.SANDBOX_READY]
+    _, info = await env.client.pod_sandbox_status(sandbox.id, verbose=True)
+    linux: dict[str, Any] = (json.loads(info["info"]).get("resources") or {}).get("linux") or {}
+    return linux
+
+
 def pod_cgroup_memory_limit(uid: str) -> int:
     rel = f"nodeagent-pods/burstable/pod{uid}"
     path = CGROUP_FS / rel / "memory.max" if _unified() else CGROUP_FS / "memory" / rel / "memory.limit_in_bytes"
@@ -152,6 +172,12 @@ async def test_resize_in_place_restart_policy_and_infeasible(
         assert await container_memory_limit(env, uid, "c1") == 96 * MiB
         assert await container_cpu_quota(env, uid, "c1") == 30_000
         assert pod_cgroup_memory_limit(uid) == 128 * MiB
+        # The runtime was told too (UpdatePodSandboxResources): containerd 2.x shows the
+        # sandbox's resources in its verbose status; 1.6 has no such call.
+        told = await sandbox_resources(env, uid)
+        if told is not None:
+            assert told.get("memory_limit_in_bytes") == 128 * MiB, told
+            assert told.get("cpu_quota") == 40_000 and told.get("cpu_period") == 100_000, told
 
         # 2. RestartContainer for memory: c2 restarts with its new limit, c1 stays.
         await resize(cp, name, [{"name": "c2", "resources": {
@@ -239,8 +265,8 @@ def test_fit_is_infeasible_beyond_allocatable_and_deferred_beside_other_pods() -
 
 
 def test_pod_level_limits_apply_to_containers_without_their_own() -> None:
-    from nodeagent.model import ResourceRequirements
     from nodeagent.kube.resources import Values, linux_resources, values
+    from nodeagent.model import ResourceRequirements
 
     pod_level = ResourceRequirements(limits={"cpu": "500m", "memory": "128Mi"}, requests={"cpu": "200m"})
     own = ResourceRequirements(limits={"memory": "64Mi"}, requests={"cpu": "100m"})

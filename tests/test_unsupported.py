@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from cri import types as t
 from nodeagent.model import Pod
 from nodeagent.unsupported import UNSUPPORTED_FIELD, UNSUPPORTED_VOLUME, refusal
 
@@ -22,7 +23,6 @@ def _pod(**spec: Any) -> Pod:
     ({"volumes": [{"name": "nfs", "nfs": {"server": "s", "path": "/"}}]}, UNSUPPORTED_VOLUME, "nfs volume"),
     ({"volumes": [{"name": "disk", "iscsi": {"targetPortal": "t", "iqn": "i", "lun": 0}}]}, UNSUPPORTED_VOLUME,
      'volume "disk" is a iscsi volume'),
-    ({"volumes": [{"name": "img", "image": {"reference": "busybox"}}]}, UNSUPPORTED_VOLUME, "image volume"),
     ({"securityContext": {"supplementalGroupsPolicy": "Strict"}}, UNSUPPORTED_FIELD, "supplementalGroupsPolicy"),
 ])
 def test_what_the_pod_would_run_without_is_refused(spec: dict[str, Any], reason: str, words: str) -> None:
@@ -49,3 +49,24 @@ def test_what_the_pod_would_run_without_is_refused(spec: dict[str, Any], reason:
 ])
 def test_what_is_harmless_or_honoured_is_not(spec: dict[str, Any]) -> None:
     assert refusal(_pod(**spec)) is None
+
+
+CONTAINERD_16 = t.VersionInfo(runtime_name="containerd", runtime_version="1.6.20~ds1")
+CONTAINERD_24 = t.VersionInfo(runtime_name="containerd", runtime_version="v2.4.2+unknown")
+
+
+def test_an_image_volume_is_refused_only_where_the_runtime_cannot_mount_it() -> None:
+    # containerd before 2.1 ignores CRI Mount.image: every CreateContainer would fail.
+    mounted = _pod(volumes=[{"name": "img", "image": {"reference": "busybox"}}],
+                   container={"volumeMounts": [{"name": "img", "mountPath": "/img"}]})
+    refused = refusal(mounted, CONTAINERD_16)
+    assert refused is not None and refused.reason == UNSUPPORTED_VOLUME, refused
+    assert refused.message == ('volume "img" is an image volume, which the runtime (containerd 1.6.20~ds1) '
+                               "cannot mount: image volumes need containerd 2.1 or later")
+    assert refusal(mounted, CONTAINERD_24) is None
+    assert refusal(mounted, t.VersionInfo(runtime_name="containerd", runtime_version="2.0.5")) is not None
+    assert refusal(mounted, t.VersionInfo(runtime_name="cri-o", runtime_version="1.34.0")) is None
+    assert refusal(mounted) is None  # the model alone: image volumes are implemented
+    # A volume no container mounts changes nothing the pod gets (the kubelet only pulls it).
+    unmounted = _pod(volumes=[{"name": "img", "image": {"reference": "busybox"}}])
+    assert refusal(unmounted, CONTAINERD_16) is None

@@ -18,6 +18,7 @@ tests/test_e2e_images.py checks them against the built binary.
 | e2e-test-images/nonewprivs:1.4 | test/images/nonewprivs compiled from the module, setuid root at /usr/local/bin/nnp, on the busybox layer |
 | e2e-test-images/glibc-dns-testing:2.1.1 | upstream is debian:bookworm-slim + dnsutils + coredns; here: the busybox layer plus Debian bookworm's own glibc `hostname` and `bash` with their libraries and libnss_files/libnss_dns, /etc/nsswitch.conf (no dnsutils, no coredns: the tests that use it only run `hostname` and `hostname -f`) |
 | e2e-test-images/nginx:1.27.0-2 | STAND-IN: the busybox layer under nginx's name (no nginx binary); the one selected test that runs it keeps `sh -c 'sleep 5'` as its command and only needs the image to change |
+| e2e-test-images/kitten:1.8 | STAND-IN: upstream is agnhost (alpine) + the module's test/images/kitten/html files; here the busybox layer + those files (/kitten.jpg, /data.json) + an /etc/os-release naming Alpine Linux (the ImageVolume test mounts the image as a volume and reads data.json and etc/os-release; nothing runs it). It is also SERVED: the test pulls it with imagePullPolicy Always, so the run serves it from a registry on loopback (devenv.registry) that containerd's registry config makes the mirror of registry.k8s.io (REGISTRY_SERVED) |
 
 What cannot be built here is listed in NOT_BUILT (name -> reason).
 
@@ -59,10 +60,16 @@ NONROOT = f"{E2E_REGISTRY}/nonroot:1.5"
 NONEWPRIVS = f"{E2E_REGISTRY}/nonewprivs:1.4"
 NGINX = f"{E2E_REGISTRY}/nginx:1.27.0-2"
 GLIBC_DNS = f"{E2E_REGISTRY}/glibc-dns-testing:2.1.1"
+KITTEN = f"{E2E_REGISTRY}/kitten:1.8"
 
 # Every name built here; each must appear in `e2e.test --list-images`.
 BUILT_NAMES: tuple[str, ...] = (BUSYBOX, AGNHOST, AGNHOST_PREV, PAUSE, NONROOT, NONEWPRIVS, NGINX,
-                                GLIBC_DNS)
+                                GLIBC_DNS, KITTEN)
+
+# Built names a selected test pulls with imagePullPolicy Always: the run serves them from a
+# loopback registry that containerd asks first for registry.k8s.io (a mirror: devenv.registry).
+REGISTRY_SERVED: tuple[str, ...] = (KITTEN,)
+REGISTRY_HOST = "registry.k8s.io"
 
 # Names whose image is a stand-in rather than the upstream program (see above).
 STAND_INS: dict[str, str] = {
@@ -74,6 +81,9 @@ STAND_INS: dict[str, str] = {
            "runs it, with command sh -c 'sleep 5'",
     AGNHOST_PREV: "agnhost built from v1.37.2 (2.66.1) also tagged 2.55; "
                   "'should run through the lifecycle of Pods and PodStatus' only swaps the name",
+    KITTEN: "busybox layer + the module's kitten.jpg and data.json + an os-release naming Alpine "
+            "Linux (upstream's base); mounted as an image volume, never run; served by a loopback "
+            "registry mirror since the test pulls it with Always",
 }
 
 # Images the e2e binary lists that selected tests reference but that are not
@@ -82,9 +92,6 @@ STAND_INS: dict[str, str] = {
 NOT_BUILT: dict[str, str] = {
     "invalid.registry.k8s.io/invalid/alpine:3.1":
         "must NOT exist: the 'invalid registry' test expects the pull to fail",
-    f"{E2E_REGISTRY}/kitten:1.8":
-        "image-volume content image; only the ImageVolume feature tests use it (skipped: "
-        "they pull it with imagePullPolicy Always, and nodeagent has no image volumes yet)",
     f"{E2E_REGISTRY}/agnhost (PullAlways)":
         "'should be able to pull image' sets imagePullPolicy Always: the node must reach "
         "registry.k8s.io, which no machine here can",
@@ -196,6 +203,26 @@ def build_nginx_standin(cache: Path) -> ImageArchive:
         layer.file("etc/nodeagent-stand-in", b"nginx stand-in: busybox only, no nginx\n")
         write_oci_archive(path, layer.finish(), _config(Cmd=["sh"]), (NGINX,))
     return ImageArchive(path, (NGINX,))
+
+
+def build_kitten_standin(cache: Path, inputs: Inputs) -> ImageArchive:
+    html = inputs.agnhost_src.parent / "kitten" / "html"
+    jpg, data = (html / "kitten.jpg").read_bytes(), (html / "data.json").read_bytes()
+    _, binary = _busybox_binary()
+    path, hit = _cached(cache, "kitten", _key(binary, jpg, data, _KITTEN_OS_RELEASE))
+    if not hit:
+        layer = LayerBuilder()
+        _busybox_base(layer)
+        layer.file("kitten.jpg", jpg)  # upstream's Dockerfile: COPY html/kitten.jpg kitten.jpg
+        layer.file("data.json", data)
+        layer.file("etc/os-release", _KITTEN_OS_RELEASE)
+        write_oci_archive(path, layer.finish(), _config(Cmd=["test-webserver"]), (KITTEN,))
+    return ImageArchive(path, (KITTEN,))
+
+
+# What upstream's alpine base says (the ImageVolume test reads it), marked as ours.
+_KITTEN_OS_RELEASE = (b'NAME="Alpine Linux"\nID=alpine\n'
+                      b'PRETTY_NAME="Alpine Linux (nodeagent stand-in: busybox layer)"\n')
 
 
 def build_nonewprivs(cache: Path, inputs: Inputs) -> ImageArchive:
@@ -490,7 +517,7 @@ def build_all(cache: Path | None = None, *, build_binaries: bool = True) -> list
     pause = build_pause(cache)
     return [build_busybox(cache), pause, build_agnhost(cache, ins, pause),
             build_nonroot(cache), build_nonewprivs(cache, ins), build_nginx_standin(cache),
-            build_glibc_dns(cache)]
+            build_glibc_dns(cache), build_kitten_standin(cache, ins)]
 
 
 def names_of(archives: Iterable[ImageArchive]) -> list[str]:

@@ -22,6 +22,7 @@ lists every selected test as not run).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -136,6 +137,7 @@ class Environment:
         self.nodeagent_log = self.work / f"{opts.node}.log"
         self.nodeagent: subprocess.Popen[bytes] | None = None
         self.node_argv: list[str] = []
+        self._registry = contextlib.ExitStack()  # the loopback registry mirror, up to down()
         # The driver registers where the node watches: nodeagent's pluginsRegistryDir (set in
         # nodeagent_argv), or the kubelet's <root-dir>/plugins_registry.
         registry = self.node_dir / ("plugins_registry" if opts.node == "nodeagent" else "root/plugins_registry")
@@ -165,12 +167,20 @@ class Environment:
         from conformance.e2e import images
         from devenv.images import build_images
         from devenv.packages import ensure_packages
+        from devenv.registry import serve as serve_registry
         self.work.mkdir(parents=True, exist_ok=True)
         self.clean()
         t0 = time.monotonic()
         ensure_packages()
         archives = build_images() + images.build_all(build_binaries=False)
         log(f"images built in {time.monotonic() - t0:.1f}s: {', '.join(images.names_of(archives))}")
+        # What a selected test pulls with Always comes from a registry on loopback that
+        # containerd asks first for registry.k8s.io (a 404 there falls back to the real one).
+        served = {name.removeprefix(images.REGISTRY_HOST + "/"): a.path
+                  for a in archives for name in a.names if name in images.REGISTRY_SERVED}
+        mirror = self._registry.enter_context(serve_registry(served))
+        self.ctd.registry_mirrors = {images.REGISTRY_HOST: mirror.host}
+        log(f"registry mirror of {images.REGISTRY_HOST} on {mirror.host}: {', '.join(sorted(served))}")
         t0 = time.monotonic()
         self.ctd.start()
         self.ctd.import_images(archives)
@@ -302,6 +312,7 @@ class Environment:
             self.cp.stop()
         except Exception as e:  # noqa: BLE001
             log(f"control plane stop: {e}")
+        self._registry.close()
         # Volumes of pods the node had no time to tear down (an interrupted run) stay mounted
         # under its root dir; a next run in this directory could not remove it otherwise.
         _unmount_below(self.work / "node")

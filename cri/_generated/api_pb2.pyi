@@ -463,6 +463,20 @@ class RemovePodSandboxResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class UpdatePodSandboxResourcesRequest(_message.Message):
+    __slots__ = ("pod_sandbox_id", "overhead", "resources")
+    POD_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERHEAD_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    pod_sandbox_id: str
+    overhead: LinuxContainerResources
+    resources: LinuxContainerResources
+    def __init__(self, pod_sandbox_id: _Optional[str] = ..., overhead: _Optional[_Union[LinuxContainerResources, _Mapping]] = ..., resources: _Optional[_Union[LinuxContainerResources, _Mapping]] = ...) -> None: ...
+
+class UpdatePodSandboxResourcesResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class PodSandboxStatusRequest(_message.Message):
     __slots__ = ("pod_sandbox_id", "verbose")
     POD_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]

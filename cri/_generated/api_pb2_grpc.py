@@ -65,6 +65,11 @@ class RuntimeServiceStub:
                 request_serializer=runtime_dot_v1_dot_api__pb2.ListPodSandboxRequest.SerializeToString,
                 response_deserializer=runtime_dot_v1_dot_api__pb2.ListPodSandboxResponse.FromString,
                 _registered_method=True)
+        self.UpdatePodSandboxResources = channel.unary_unary(
+                '/runtime.v1.RuntimeService/UpdatePodSandboxResources',
+                request_serializer=runtime_dot_v1_dot_api__pb2.UpdatePodSandboxResourcesRequest.SerializeToString,
+                response_deserializer=runtime_dot_v1_dot_api__pb2.UpdatePodSandboxResourcesResponse.FromString,
+                _registered_method=True)
         self.CreateContainer = channel.unary_unary(
                 '/runtime.v1.RuntimeService/CreateContainer',
                 request_serializer=runtime_dot_v1_dot_api__pb2.CreateContainerRequest.SerializeToString,
@@ -205,6 +210,14 @@ class RuntimeServiceServicer:
 
     def ListPodSandbox(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdatePodSandboxResources(self, request, context):
+        """Tells the runtime a sandbox's new resources after a pod-level resize (containerd 2.x);
+        best effort: Unimplemented elsewhere.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -368,6 +381,11 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.ListPodSandbox,
                     request_deserializer=runtime_dot_v1_dot_api__pb2.ListPodSandboxRequest.FromString,
                     response_serializer=runtime_dot_v1_dot_api__pb2.ListPodSandboxResponse.SerializeToString,
+            ),
+            'UpdatePodSandboxResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdatePodSandboxResources,
+                    request_deserializer=runtime_dot_v1_dot_api__pb2.UpdatePodSandboxResourcesRequest.FromString,
+                    response_serializer=runtime_dot_v1_dot_api__pb2.UpdatePodSandboxResourcesResponse.SerializeToString,
             ),
             'CreateContainer': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateContainer,
@@ -633,6 +651,33 @@ class RuntimeService:
             '/runtime.v1.RuntimeService/ListPodSandbox',
             runtime_dot_v1_dot_api__pb2.ListPodSandboxRequest.SerializeToString,
             runtime_dot_v1_dot_api__pb2.ListPodSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdatePodSandboxResources(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/UpdatePodSandboxResources',
+            runtime_dot_v1_dot_api__pb2.UpdatePodSandboxResourcesRequest.SerializeToString,
+            runtime_dot_v1_dot_api__pb2.UpdatePodSandboxResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

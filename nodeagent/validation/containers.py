@@ -8,6 +8,7 @@ from nodeagent.validation import names
 from nodeagent.validation.decode import INT64, Obj
 from nodeagent.validation.resources import Requirements, validate_requirements
 from nodeagent.validation.volumes import (
+    PULL_POLICIES,
     local_descending_path,
     object_field_selector,
     resource_field_selector,
@@ -15,7 +16,6 @@ from nodeagent.validation.volumes import (
 )
 
 PROTOCOLS = ("SCTP", "TCP", "UDP")
-PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 MESSAGE_POLICIES = ("File", "FallbackToLogsOnError")
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
 RESIZE_RESOURCES = ("cpu", "memory")

@@ -10,6 +10,7 @@ from nodeagent.validation import names
 from nodeagent.validation.decode import INT64, Obj
 from nodeagent.validation.field import Path
 
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")  # a container's imagePullPolicy too
 FILE_MODE_ERROR = "must be a number between 0 and 0777 (octal), both inclusive"
 # Every VolumeSource of core/v1 (exactly one per volume); the ones nodeagent does not implement
 # are still counted, so "more than 1 volume type" holds for them too.
@@ -130,6 +131,13 @@ def _source(vol: Obj) -> str | None:
                 _downward_file(item)
         elif source == "projected":
             _projected(obj)
+        elif source == "image":
+            # validateImageVolumeSource (the API defaults pullPolicy; a static pod may leave it out)
+            if not obj.str("reference"):
+                errs.append(f.required(obj.at("reference")))
+            pull = obj.opt_str("pullPolicy")
+            if pull is not None and pull not in PULL_POLICIES:
+                errs.append(f.not_supported(obj.at("pullPolicy"), pull, PULL_POLICIES))
     if kind is None:
         errs.append(f.required(vol.path, "must specify a volume type"))
     return kind
@@ -315,12 +323,9 @@ def validate_mounts(c: Obj, volumes: dict[str, str], privileged: bool) -> None:
             errs.append(f.invalid(m.at("name"), name, "must not already exist in volumeDevices"))
         if mount_path in device_names.values():
             errs.append(f.invalid(m.at("mountPath"), mount_path, "must not already exist as a path in volumeDevices"))
+        # Since 1.33 an image volume may be mounted by subPath too (the runtime mounts the
+        # image's subdirectory: CRI Mount.image_sub_path).
         sub_path, sub_expr = m.str("subPath"), m.str("subPathExpr")
-        if volumes.get(name) == "image":
-            if sub_path:
-                errs.append(f.invalid(m.at("subPath"), sub_path, "not allowed in image volume sources"))
-            if sub_expr:
-                errs.append(f.invalid(m.at("subPathExpr"), sub_expr, "not allowed in image volume sources"))
         # The API reports these two at volumeMounts.subPath (no index): kept, so messages match.
         if sub_path:
             errs += local_descending_path(sub_path, c.at("volumeMounts").child("subPath"))

@@ -14,7 +14,7 @@ from nodeagent.additions import VolumeBind
 from nodeagent.model import Container, VolumeMount
 from nodeagent.kube.env import expand
 
-_PROPAGATION = {
+PROPAGATION = {
     None: t.MountPropagation.PROPAGATION_PRIVATE,
     "None": t.MountPropagation.PROPAGATION_PRIVATE,
     "HostToContainer": t.MountPropagation.PROPAGATION_HOST_TO_CONTAINER,
@@ -54,7 +54,7 @@ def sub_path_of(mount: VolumeMount, env: Mapping[str, str]) -> str:
     return expanded
 
 
-def _check_sub_path(sub: str) -> None:
+def check_sub_path(sub: str) -> None:
     """What the spec alone can tell (makeMounts): the rest — symlinks, missing directories — is
     decided on the volume itself at each container start (nodeagent/volumebind.py)."""
     if os.path.isabs(sub):
@@ -79,9 +79,9 @@ def container_mounts(container: Container, volumes: Mapping[str, PreparedVolume 
             continue
         sub = sub_path_of(vm, env)
         if sub:
-            _check_sub_path(sub)
+            check_sub_path(sub)
         readonly = vm.read_only or prepared.read_only
-        propagation = _PROPAGATION[vm.mount_propagation]
+        propagation = PROPAGATION[vm.mount_propagation]
         if sub or prepared.host_path_type:
             mounts.append(VolumeBind(volume=vm.name, index=index, volume_path=str(prepared.host_path), sub_path=sub,
                                      host_path_type=prepared.host_path_type, container_path=vm.mount_path,

@@ -104,6 +104,7 @@ class ImageGC:
             for ref in (container.image_id, container.image_ref, container.image.image if container.image else ""):
                 if ref and ref in by_name:
                     in_use.add(by_name[ref])
+            in_use |= await self._mounted_images(container.id, by_name)
         now = self.now()
         current = set()
         for image in images:
@@ -116,6 +117,16 @@ class ImageGC:
         for gone in set(self.records) - current:
             del self.records[gone]
         return in_use
+
+    async def _mounted_images(self, container_id: str, by_name: dict[str, str]) -> set[str]:
+        """handleImageVolumes: the images a container mounts (image volumes), from its status'
+        mounts — as the kubelet, a ContainerStatus per container at each detection. A
+        container gone meanwhile mounts nothing."""
+        try:
+            status = await self.runtime.container_status(container_id)
+        except NotFound:
+            return set()
+        return {by_name[m.image.image] for m in status.mounts if m.image is not None and m.image.image in by_name}
 
     async def candidates(self, free_time: float) -> list[tuple[str, ImageRecord]]:
         """imagesInEvictionOrder: unused, unpinned, least recently used (then first detected) first."""

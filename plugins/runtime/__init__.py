@@ -44,6 +44,7 @@ from nodeagent.stages import (
     Result,
     Start,
 )
+from nodeagent.model import Container
 from nodeagent.kube.runtimeclass import check as runtimeclass_check
 from nodeagent.mounttable import mounts_under
 from nodeagent.objects import kinds
@@ -51,7 +52,7 @@ from nodeagent.podfacts import RESIZE, RESTART_ALL_AT, RUNTIME_NOTES, STARTUP_PA
 from nodeagent.stash import StashKey
 from nodeagent.waits import first_of
 from nodeagent.volumebind import unbind_pod
-from plugins.runtime import podcgroup
+from plugins.runtime import imagevolumes, podcgroup
 from plugins.runtime.images import ImagePuller
 from plugins.runtime.nodekeyring import NodeKeyring
 from plugins.runtime.pullrecords import PullRecords
@@ -89,7 +90,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         self._images = ImagePuller.new(node_keyring, pull_records)
         self._ledger = Ledger()
         self._sync = Syncer(node_name, self._ensure_sandbox, self._pod_ip_of, self._image_ref,
-                            Resizer(self._ledger))
+                            Resizer(self._ledger), self._image_volumes)
 
     # --- the node-level task: orphaned pod cgroups ---------------------------------------------
 
@@ -123,6 +124,10 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             ctx.status.clear_container_waiting(container.name)
             refs[container.name] = ref
         ctx.stash[IMAGE_REFS] = refs
+        # Image volumes before any container starts (the kubelet pulls them before its first
+        # container start, too); mounted by the runtime at each container's creation. One that
+        # failed holds back only its containers, which try again at their start.
+        await imagevolumes.ensure(ctx, self._images, secrets)
         await self._ensure_sandbox(ctx)
         return Result.ok()
 
@@ -224,6 +229,9 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     def _pod_ip_of(ctx: PodContext) -> str:
         """Where hooks reach the pod: the sandbox's IP; the node's for a host-network pod."""
         return ctx.stash.get(POD_IP, "") or (ctx.node.ip if ctx.pod.spec.host_network else "")
+
+    async def _image_volumes(self, ctx: PodContext, container: Container) -> Result | None:
+        return await imagevolumes.ensure_for(ctx, self._images, container)
 
     @staticmethod
     def _image_ref(ctx: PodContext, container: str) -> str:

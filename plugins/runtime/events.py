@@ -82,3 +82,22 @@ class PullSecretsUnavailable(Event):
     def kube_event(self) -> KubeEvent:
         # On the pod, as the kubelet records it after the sync (no container fieldPath).
         return KubeEvent("Warning", self.reason, self.message)
+
+
+class ImageVolumePullFailed(Event):
+    """An image volume's image could not be had for a container about to start (the kubelet's
+    image puller events, recorded on the pod itself for an image volume: Warning ``Failed``
+    after a failed pull, Normal ``BackOff`` while waiting, Warning ``ErrImageNeverPull``)."""
+
+    kind: Literal["ImageVolumePullFailed"] = "ImageVolumePullFailed"
+    container: str
+    """The container held back (the event is the pod's, as the kubelet's)."""
+    reason: Literal["ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull"]
+    message: str
+
+    def kube_event(self) -> KubeEvent:
+        if self.reason == "ImagePullBackOff":
+            return KubeEvent("Normal", "BackOff", self.message, "")
+        if self.reason == "ErrImageNeverPull":
+            return KubeEvent("Warning", "ErrImageNeverPull", self.message, "")
+        return KubeEvent("Warning", "Failed", self.message, "")

@@ -1,4 +1,4 @@
-"""Ensure a container's image per its pull policy, with the kubelet's pull back-off.
+"""Ensure a container's image (or an image volume's) per its pull policy, with the kubelet's pull back-off.
 
 Reasons shown to users are the kubelet's: ErrImagePull after a failed pull, ImagePullBackOff
 while waiting to try again, ErrImageNeverPull for policy Never and an absent image.
@@ -12,6 +12,7 @@ never follows failed credentials.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cri import CriError
@@ -46,13 +47,23 @@ class ImagePuller:
                      secrets: PullSecrets | None = None) -> tuple[str, Result | None]:
         """Returns the image reference to run, or a RETRY result that says why not. ``secrets``
         gives the pod's pull credentials (read once per pass, when a pull needs them)."""
-        image = container.image
-        policy = container.pull_policy
+        return await self.ensure_image(ctx, container.image, container.pull_policy, (container.name,), secrets)
+
+    async def ensure_image(self, ctx: PodContext, image: str, policy: str, containers: Sequence[str],
+                           secrets: PullSecrets | None = None) -> tuple[str, Result | None]:
+        """:meth:`ensure` for any image the pod needs (a container's, an image volume's: the
+        kubelet's EnsureImageExists serves both); what goes wrong is shown as the waiting
+        reason of ``containers``, the ones that need the image."""
         secrets = secrets or PullSecrets(ctx)
+
+        def waiting(reason: str, message: str) -> None:
+            for name in containers:
+                ctx.status.container_waiting(name, reason, message)
+
         present = await ctx.runtime.image_status(image)
         never_pull = f'Container image "{image}" is not present with pull policy of Never'
         if policy == "Never" and present is None:
-            ctx.status.container_waiting(container.name, "ErrImageNeverPull", never_pull)
+            waiting("ErrImageNeverPull", never_pull)
             return "", Result.retry("ErrImageNeverPull", never_pull, retry_after=IMAGE_BACKOFF_INITIAL)
         if policy in ("Never", "IfNotPresent") and present is not None:
             if not await self._must_pull(image, present.id, secrets):
@@ -61,7 +72,7 @@ class ImagePuller:
             ctx.log.info("image present but pulled with credentials this pod lacks; pulling with the pod's",
                          image=image)
             if policy == "Never":  # the kubelet's answer: present, but not for this pod
-                ctx.status.container_waiting(container.name, "ErrImageNeverPull", never_pull)
+                waiting("ErrImageNeverPull", never_pull)
                 return "", Result.retry("ErrImageNeverPull", never_pull, retry_after=IMAGE_BACKOFF_INITIAL)
 
         key = f"{ctx.ref.uid}_{image}"
@@ -69,7 +80,7 @@ class ImagePuller:
         wait = self.backoff.remaining(key, self._last_failure.get(key, now), now)
         if wait > 0:
             message = f'Back-off pulling image "{image}"'
-            ctx.status.container_waiting(container.name, "ImagePullBackOff", message)
+            waiting("ImagePullBackOff", message)
             return "", Result.retry("ImagePullBackOff", message, retry_after=wait)
         credentials = await secrets.get()
         node = await self.node_keyring.get() if self.node_keyring is not None else Keyring()
@@ -79,10 +90,12 @@ class ImagePuller:
             self._last_failure[key] = now
             self.backoff.next(key, now)
             message = f'Failed to pull image "{image}": {exc}'
-            ctx.status.container_waiting(container.name, "ErrImagePull", message)
+            waiting("ErrImagePull", message)
             ctx.log.warning("image pull failed", image=image, error=str(exc))
             if credentials.missing:
-                await ctx.publish(PullSecretsUnavailable(container=container.name, secrets=credentials.missing,
+                # One event per failed pull (on the pod), whoever needed the image.
+                await ctx.publish(PullSecretsUnavailable(container=containers[0] if containers else "",
+                                                         secrets=credentials.missing,
                                                          message=missing_message(credentials.missing)))
             # Come back soon: the next call finds the image in back-off and says so.
             return "", Result.retry("ErrImagePull", message, retry_after=1.0)

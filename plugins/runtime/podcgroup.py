@@ -21,6 +21,7 @@ from pathlib import Path
 
 import anyio
 
+from cri import types as t
 from nodeagent import hostpaths, quantity
 from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.model import Pod
@@ -85,6 +86,16 @@ def pod_values(pod: Pod) -> Values:
             limits[res] += quantity.base_units(res, (pod.spec.overhead or {})[res])
     return Values(cpu_request=requests.get("cpu", 0), cpu_limit=limits.get("cpu", 0),
                   memory_request=requests.get("memory", 0), memory_limit=limits.get("memory", 0))
+
+
+def sandbox_resources(pod: Pod, v: Values) -> t.LinuxContainerResources:
+    """``v`` as CRI resources, for UpdatePodSandboxResources (the kubelet's
+    convertResourceConfigToLinuxContainerResources of the pod's resource config)."""
+    best_effort = qos_class(pod) == "BestEffort"
+    quota = milli_cpu_to_quota(v.cpu_limit) if v.cpu_limit else 0
+    return t.LinuxContainerResources(cpu_shares=milli_cpu_to_shares(0 if best_effort else v.cpu_request),
+                                     cpu_period=CPU_PERIOD_US if quota else 0, cpu_quota=quota,
+                                     memory_limit_in_bytes=v.memory_limit)
 
 
 def _files(pod: Pod, v: Values) -> dict[Path, str]:
@@ -234,4 +245,5 @@ def sweep(active: Collection[str], min_age_seconds: float, now: float, root_name
     return removed
 
 
-__all__ = ["apply", "cgroup_parent", "enabled", "memory_usage", "pod_values", "remove", "sweep", "widest"]
+__all__ = ["apply", "cgroup_parent", "enabled", "memory_usage", "pod_values", "remove", "sandbox_resources", "sweep",
+           "widest"]

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cri import CriError, NotFound
+from cri import CriError, NotFound, Unimplemented
 from nodeagent.kube.resize import DEFERRED, ERROR, INFEASIBLE, ResizeState, same, with_resources
 from nodeagent.model import Container, Pod
 from nodeagent.podfacts import RESIZE, notes_of
@@ -216,11 +216,11 @@ class Resizer:
                 updates.append((c, rec.id, have, want))
         error = await _pod_memory_check(ctx, pod, state)
         if error is None:
-            error = await self._pod_cgroup(ctx, pod, state, grow=True)
+            error = await self._pod_cgroup(ctx, sandbox.id, pod, state, grow=True)
         if error is None and updates:
             error = await self._update(ctx, pod, state, updates)
         if error is None:
-            error = await self._pod_cgroup(ctx, pod, state, grow=False)
+            error = await self._pod_cgroup(ctx, sandbox.id, pod, state, grow=False)
         for c, container_id in restarts:
             state.restarting.add(container_id)
             ctx.log.info("restarting container for a resize", container=c.name)
@@ -271,9 +271,12 @@ class Resizer:
         return None
 
     @staticmethod
-    async def _pod_cgroup(ctx: PodContext, pod: Pod, state: ResizeState, *, grow: bool) -> str | None:
+    async def _pod_cgroup(ctx: PodContext, sandbox_id: str, pod: Pod, state: ResizeState, *,
+                          grow: bool) -> str | None:
         """The pod cgroup's limits widen before its containers change and narrow after
-        (doPodResizeAction's order): first the loosest of old and new, then the new values."""
+        (doPodResizeAction's order): first the loosest of old and new, then the new values.
+        The runtime is told first (UpdatePodSandboxResources): its refusal rejects the resize,
+        and a cgroup that cannot be set is told back."""
         want = podcgroup.pod_values(pod)
         have = state.pod_cgroup
         if have == want:
@@ -281,14 +284,43 @@ class Resizer:
         target = podcgroup.widest(have, want) if grow and have is not None else want
         if target == have:
             return None
+        # Only a change of values the pod cgroup had is a resize the runtime hears of: the first
+        # setting (have None: the start's could not be made) is not, nor is anything without
+        # pod cgroups (cgroupsPerQOS false).
+        tell = have is not None and podcgroup.enabled(ctx.settings)
+        try:
+            if tell:
+                await _tell_runtime(ctx, sandbox_id, pod, target)
+        except CriError as exc:
+            return f"failed to notify runtime for UpdatePodSandboxResources; resize rejected: {exc.details or exc}"
         try:
             await podcgroup.apply(ctx, pod, target)
         except OSError as exc:
+            if tell and have is not None:
+                try:
+                    await _tell_runtime(ctx, sandbox_id, pod, have)
+                except CriError as rollback:
+                    ctx.log.warning("failed to notify runtime to roll back UpdatePodSandboxResources",
+                                    error=str(rollback))
             return f"failed to set the pod cgroup: {exc}"
         state.pod_cgroup = target
         if target == want:
             state.pod_applied = pod.spec.resources
         return None
+
+
+async def _tell_runtime(ctx: PodContext, sandbox_id: str, pod: Pod, target: Values) -> None:
+    """updatePodSandboxResources: best effort where the runtime lacks it (containerd 1.6:
+    Unimplemented; 2.2 said Unknown "not implemented yet"); any other error is the runtime's
+    refusal."""
+    try:
+        await ctx.runtime.update_pod_sandbox_resources(sandbox_id, podcgroup.sandbox_resources(pod, target))
+    except Unimplemented:
+        return
+    except CriError as exc:
+        if exc.code is not None and exc.code.name == "UNKNOWN" and "not implemented" in (exc.details or ""):
+            return
+        raise
 
 
 async def _pod_memory_check(ctx: PodContext, pod: Pod, state: ResizeState) -> str | None:

@@ -25,12 +25,12 @@ from nodeagent.additions import ContainerAdditions
 from nodeagent.events import ContainerCreated
 from nodeagent.model import Container
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
-from nodeagent.stages import PodContext
+from nodeagent.stages import PodContext, Result
 from nodeagent.stash import StashKey
 from nodeagent.volumebind import VolumeBindError, bind_volume_mounts
 from nodeagent.kube.restartpolicy import unstarted_sidecars
 from nodeagent.podfacts import STARTUP_PASSED, notes_of
-from plugins.runtime import restartall
+from plugins.runtime import imagevolumes, restartall
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.container import container_config, container_hash, runtime_inputs
 from plugins.runtime.events import ContainerBackedOff, ContainerFailed, HookFailed
@@ -100,6 +100,8 @@ class Syncer:
     pod_ip: Callable[[PodContext], str]
     image_ref: Callable[[PodContext, str], str]
     resizer: Resizer | None = None
+    image_volumes: Callable[[PodContext, Container], Awaitable[Result | None]] | None = None
+    """Ensures the images of the image volumes a container mounts, before it is created."""
 
     async def sync(self, ctx: PodContext) -> float:
         """One pass; returns how many seconds may pass before the next one is needed."""
@@ -220,6 +222,10 @@ class Syncer:
             ctx.request_relist()
             return ERROR_RETRY_SECONDS
         ref = self.image_ref(ctx, name)
+        if self.image_volumes is not None:
+            problem = await self.image_volumes(ctx, container)
+            if problem is not None:  # the container shows the pull's reason
+                return problem.retry_after if problem.retry_after is not None else ERROR_RETRY_SECONDS
         # The kubelet keeps one dead instance per container (lastState); older ones go.
         for c in ctx.observed.containers:
             if c.name == name and c.id != keep and c.exited:
@@ -237,6 +243,8 @@ class Syncer:
             # subPaths and typed hostPaths: opened, checked and bound now, for this instance —
             # never what an earlier start (or prepare) saw, which a container may have changed.
             extra.mounts.extend(await anyio.to_thread.run_sync(bind_volume_mounts, ctx.pod_dir, name, extra.binds))
+            # Image volumes: mounted by the runtime itself, from the image ensured in prepare.
+            extra.mounts.extend(imagevolumes.mounts(ctx, pod, container))
             message_file = create_message_file(ctx.pod_dir, name)
         except (VolumeBindError, OSError, ValueError) as exc:
             detail = exc.detail if isinstance(exc, VolumeBindError) else str(exc)

@@ -583,7 +583,7 @@ class ControlPlane:
                     if time.monotonic() > deadline:
                         raise ControlPlaneError(f"{path} not there in time ({e}); "
                                                 "controller-manager log tail:\n"
-                                                + self._tail("kube-controller-manager"))
+                                                + self._tail("kube-controller-manager")) from e
                 for name in COMPONENTS:
                     if not self.running(name):
                         raise ControlPlaneError(f"{name} exited; log tail:\n" + self._tail(name))

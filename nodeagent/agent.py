@@ -20,8 +20,8 @@ import anyio
 import structlog
 
 from cri import CriError, RuntimeClient
-from nodeagent import events as ev
 from nodeagent import cgroupdriver, quantity
+from nodeagent import events as ev
 from nodeagent.admission import AdmissionCycle
 from nodeagent.apiclient import make_api_client
 from nodeagent.bus import TOPOLOGY, Bus, consume
@@ -478,7 +478,7 @@ class Agent:
         rows = []
         now = time.time()
         workers = self.dispatcher.workers if self.dispatcher else {}
-        for uid, (ref, pod, status, state) in self.status.all().items():
+        for uid, (ref, _pod, status, state) in self.status.all().items():
             worker = workers.get(uid)
             restarts = sum(cs.get("restartCount", 0) for cs in status.get("containerStatuses", []))
             rows.append({
@@ -560,7 +560,8 @@ class Agent:
         if not self.verbose:
             return  # drained, not rendered: dumping every fact costs real CPU at scale
         data: Mapping[str, Any] = event.model_dump(exclude={"pod", "at", "kind", "pod_spec"})
-        _EVENT_LOG.debug(getattr(event, "kind"), pod=str(event.pod) if event.pod.uid else None, **data)
+        kind: str = getattr(event, "kind")  # noqa: B009 - each subclass declares kind, the base does not
+        _EVENT_LOG.debug(kind, pod=str(event.pod) if event.pod.uid else None, **data)
 
 
 class _PortReport(anyio.abc.TaskStatus[int]):

@@ -64,7 +64,7 @@ class Histogram:
     def render(self) -> list[str]:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
         for values, series in sorted(self._series.items()):
-            base = ",".join(f'{k}="{v}"' for k, v in zip(self.labels, values))
+            base = ",".join(f'{k}="{v}"' for k, v in zip(self.labels, values, strict=True))
             sep = "," if base else ""
             for i, bound in enumerate(self.buckets):
                 lines.append(f'{self.name}_bucket{{{base}{sep}le="{bound}"}} {series[i]:g}')
@@ -105,7 +105,7 @@ class Metrics:
         stage's nodeagent_gang_*), appended as they are."""
 
     def count(self, event: Event) -> None:
-        kind = getattr(event, "kind")
+        kind: str = getattr(event, "kind")  # noqa: B009 - each subclass declares kind, the base does not
         self.counters[kind] += 1
         # kubelet_pod_worker_duration_seconds from the facts: "create" from admission to the
         # containers started, "kill" from the stop to the end of teardown.

@@ -619,13 +619,15 @@ class PodSpec(_ApiModel):
             if c.restart_policy_rules and c.restart_policy is None:
                 raise ValueError(f"container {c.name!r}: restartPolicyRules need a container restartPolicy")
         for c in self.init_containers:
-            if c.restart_policy != "Always" and (c.lifecycle or c.liveness_probe or c.readiness_probe or c.startup_probe):
+            if c.restart_policy != "Always" and (c.lifecycle or c.liveness_probe or c.readiness_probe
+                                                 or c.startup_probe):
                 raise ValueError(f"init container {c.name!r}: lifecycle and probes need restartPolicy: Always")
         claims = {c.name for c in self.resource_claims}
         for c in (*self.init_containers, *self.containers):
             unknown = sorted({ref.name for ref in c.resources.claims} - claims)
             if unknown:
-                raise ValueError(f"container {c.name!r}: resources.claims {unknown} name no entry of spec.resourceClaims")
+                raise ValueError(f"container {c.name!r}: resources.claims {unknown} name no entry of "
+                                 "spec.resourceClaims")
         return self
 
     volumes: list[Volume] = Field(default_factory=list)

@@ -48,9 +48,9 @@ from nodeagent.stages import (
     Verdict,
 )
 from nodeagent.stash import Stash
+from nodeagent.status import StatusWriter
 from nodeagent.unsupported import refusal
 from nodeagent.waits import first_of
-from nodeagent.status import StatusWriter
 
 log = structlog.get_logger("nodeagent.worker")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from cri import types as t
 from nodeagent.additions import VolumeBind
-from nodeagent.model import Container, VolumeMount
 from nodeagent.kube.env import expand
+from nodeagent.model import Container, VolumeMount
 
 PROPAGATION = {
     None: t.MountPropagation.PROPAGATION_PRIVATE,

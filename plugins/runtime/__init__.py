@@ -31,10 +31,15 @@ import structlog
 from cri import AlreadyExists, CriError, NotFound
 from cri import types as t
 from nodeagent import hostpaths
-from nodeagent.additions import CONTAINER_ADDITIONS
 from nodeagent import labels as L
+from nodeagent.additions import CONTAINER_ADDITIONS
 from nodeagent.events import SandboxRemoved, SandboxStarted
+from nodeagent.kube.runtimeclass import check as runtimeclass_check
+from nodeagent.model import Container
+from nodeagent.mounttable import mounts_under
+from nodeagent.objects import kinds
 from nodeagent.pluginconfig import NoConfig
+from nodeagent.podfacts import RESIZE, RESTART_ALL_AT, RUNTIME_NOTES, STARTUP_PASSED, notes_of
 from nodeagent.stages import (
     AgentHandle,
     Cleanup,
@@ -44,14 +49,9 @@ from nodeagent.stages import (
     Result,
     Start,
 )
-from nodeagent.model import Container
-from nodeagent.kube.runtimeclass import check as runtimeclass_check
-from nodeagent.mounttable import mounts_under
-from nodeagent.objects import kinds
-from nodeagent.podfacts import RESIZE, RESTART_ALL_AT, RUNTIME_NOTES, STARTUP_PASSED, notes_of
 from nodeagent.stash import StashKey
-from nodeagent.waits import first_of
 from nodeagent.volumebind import unbind_pod
+from nodeagent.waits import first_of
 from plugins.runtime import imagevolumes, podcgroup
 from plugins.runtime.images import ImagePuller
 from plugins.runtime.nodekeyring import NodeKeyring
@@ -60,9 +60,9 @@ from plugins.runtime.pullsecrets import PullSecrets
 from plugins.runtime.resize import Ledger, Resizer, allocated_pod, ensure_state
 from plugins.runtime.runtimeclass import handler_of
 from plugins.runtime.sandbox import SandboxConfigError, grpc_error_text, log_directory, sandbox_config
-from plugins.runtime.userns import UserNamespaces
 from plugins.runtime.sync import RESYNC_SECONDS, SANDBOX_KEY, Syncer, acted
 from plugins.runtime.termination import kill, victim
+from plugins.runtime.userns import UserNamespaces
 
 log = structlog.get_logger("nodeagent.runtime")
 

@@ -23,9 +23,6 @@ import anyio
 
 from cri import types as t
 from nodeagent import hostpaths, quantity
-from nodeagent.kubeletconfig.node import NodeConfig
-from nodeagent.model import Pod
-from nodeagent.stages import PodContext
 from nodeagent.kube.resources import (
     CPU_PERIOD_US,
     Values,
@@ -34,6 +31,9 @@ from nodeagent.kube.resources import (
     pod_requests,
     qos_class,
 )
+from nodeagent.kubeletconfig.node import NodeConfig
+from nodeagent.model import Pod
+from nodeagent.stages import PodContext
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 ROOT = "nodeagent-pods"

@@ -30,11 +30,6 @@ from dataclasses import dataclass
 
 from cri import CriError, NotFound, Unimplemented
 from nodeagent.kube.resize import DEFERRED, ERROR, INFEASIBLE, ResizeState, same, with_resources
-from nodeagent.model import Container, Pod
-from nodeagent.podfacts import RESIZE, notes_of
-from nodeagent.runtimeview import PodRuntime
-from nodeagent.stages import PodContext
-from plugins.runtime import podcgroup
 from nodeagent.kube.resources import (
     FIT_RESOURCES,
     Values,
@@ -42,8 +37,12 @@ from nodeagent.kube.resources import (
     pod_requests,
     values,
 )
+from nodeagent.model import Container, Pod
+from nodeagent.podfacts import RESIZE, notes_of
+from nodeagent.runtimeview import PodRuntime
+from nodeagent.stages import PodContext
+from plugins.runtime import podcgroup
 from plugins.runtime.termination import kill, pod_grace, victim
-
 
 
 def state_of(ctx: PodContext) -> ResizeState | None:
@@ -257,7 +256,8 @@ class Resizer:
         if problems:
             joined = problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]"
             return f"cannot decrease memory limits: {joined}"
-        ordered = sorted(updates, key=lambda u: (u[3].memory_limit - u[2].memory_limit) + (u[3].cpu_limit - u[2].cpu_limit))
+        ordered = sorted(updates, key=lambda u: (u[3].memory_limit - u[2].memory_limit)
+                         + (u[3].cpu_limit - u[2].cpu_limit))
         for c, container_id, _have, want in ordered:
             try:
                 await ctx.runtime.update_container_resources(container_id, linux_resources(c, pod))

@@ -23,13 +23,14 @@ from cri import types as t
 from nodeagent import labels as L
 from nodeagent.additions import ContainerAdditions
 from nodeagent.events import ContainerCreated
+from nodeagent.kube.restartpolicy import unstarted_sidecars
 from nodeagent.model import Container
+from nodeagent.podfacts import STARTUP_PASSED, notes_of
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import PodContext, Result
 from nodeagent.stash import StashKey
+from nodeagent.terminationmessage import create_message_file, message_mount
 from nodeagent.volumebind import VolumeBindError, bind_volume_mounts
-from nodeagent.kube.restartpolicy import unstarted_sidecars
-from nodeagent.podfacts import STARTUP_PASSED, notes_of
 from plugins.runtime import imagevolumes, restartall
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.container import container_config, container_hash, runtime_inputs
@@ -44,7 +45,6 @@ from plugins.runtime.resize import (
     skip_backoff,
 )
 from plugins.runtime.termination import kill, pod_grace, victim
-from nodeagent.terminationmessage import create_message_file, message_mount
 
 CRASHLOOP_INITIAL = 10.0  # the kubelet's initial CrashLoopBackOff
 CRASHLOOP_MAX = 300.0  # MaxContainerBackOff

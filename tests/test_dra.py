@@ -27,8 +27,8 @@ import yaml
 from cri import RuntimeClient
 from cri import types as t
 from devenv import Containerd
-from plugins.dra.state import ClaimCache, ClaimEntry
 from drivers.fakegpu import DRIVER_NAME, FakeGpuDriver
+from plugins.dra.state import ClaimCache, ClaimEntry
 from tests.agent_helpers import AgentEnv, pod_manifest, running_agent, runtime_objects, wait_for
 
 pytestmark = pytest.mark.anyio

@@ -147,7 +147,7 @@ async def _exits(client: RuntimeClient, agent: AgentProcess, exits: int, samples
             doc = exit_manifest(i)
             (agent.manifests / f"exit-{i:03d}.json").write_text(json.dumps(doc))
         expected = {f"exit-{i:03d}-{agent.node}": 1 for i in range(exits)}
-        await poll_running(client, agent.node, expected, time.monotonic(), start_timeout(exits))
+        await poll_running(client, {L.MANAGED_BY: agent.node}, expected, time.monotonic(), start_timeout(exits))
         pods = {row["name"]: row["uid"] for row in agent.get_json("/pods") or []}
         status_dir = agent.dir / "root" / "pod-status"
         rng = random.Random(7)
@@ -181,7 +181,8 @@ async def measure_cost(client: RuntimeClient, endpoint: str, containerd_pid: int
         await anyio.to_thread.run_sync(agent.start)
         agent.write_manifests(COST_PODS, 2)
         expected = {f"bench-{i:03d}-{agent.node}": 1 for i in range(COST_PODS)}
-        await poll_running(client, agent.node, expected, time.monotonic(), start_timeout(COST_PODS))
+        await poll_running(client, {L.MANAGED_BY: agent.node}, expected, time.monotonic(),
+                           start_timeout(COST_PODS))
         for k, period in enumerate(periods):
             if k > 0:
                 agent.stop()

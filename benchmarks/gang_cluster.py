@@ -43,7 +43,6 @@ from typing import Any
 
 import anyio
 import structlog
-import yaml
 from lightkube import operators
 from lightkube.resources.core_v1 import Pod as ApiPod
 
@@ -353,8 +352,7 @@ class GangCluster:
         for node in self.nodes:
             node.base.mkdir(parents=True, exist_ok=True)
             config = await anyio.to_thread.run_sync(self.agent_config, node)
-            node.config_path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True,
-                                                                         exclude_defaults=True)))
+            node.config_path.write_text(config.to_yaml())
             node.client = RuntimeClient(node.runtime.endpoint)
             await node.client.connect()
             node.start_agent()

@@ -277,6 +277,27 @@ class AgentConfig(BaseModel):
         return {"kubelet": config, "flags": {**base_flags, **flags},
                 "agent": NodeAgentConfiguration.model_validate({**base_agent, **agent})}
 
+    def to_yaml(self) -> str:
+        """This configuration as a file: a KubeletConfiguration document and a
+        NodeAgentConfiguration one (the command-line settings in its ``kubeletFlags``), which
+        ``nodeagent run --config`` reads back to the same configuration (what a test or a
+        benchmark hands an agent it starts as a process). Fields nodeagent's own format leaves to
+        the mode (enableServer, webhook authentication, the authorization mode) take a
+        KubeletConfiguration file's defaults (on, Webhook): the same as cluster mode's."""
+        import yaml  # only here: the agent itself reads YAML through its own bounded loader
+
+        kubelet = self.kubelet.model_dump(mode="json", by_alias=True, exclude_none=True)
+        agent = self.agent.model_dump(mode="json", by_alias=True, exclude_none=True)
+        given = {name: getattr(self.flags, name) for name in KubeletFlagsSection.model_fields}
+        defaults = KubeletFlags(root_dir=DEFAULT_ROOT_DIR)
+        flags = KubeletFlagsSection.model_validate(
+            {k: v for k, v in given.items() if v != getattr(defaults, k) or k == "root_dir"})
+        agent["kubeletFlags"] = flags.model_dump(mode="json", by_alias=True, exclude_none=True)
+        text: str = yaml.safe_dump_all([{"apiVersion": API_VERSION, "kind": KIND, **kubelet},
+                                        {"apiVersion": AGENT_API_VERSION, "kind": AGENT_KIND, **agent}],
+                                       sort_keys=False)
+        return text
+
     def replace(self, **changes: Any) -> AgentConfig:
         """A copy with fields changed, by the flat names (``replace(max_pods=3,
         authentication={"anonymous": {"enabled": True}})``)."""

@@ -25,7 +25,6 @@ from typing import Any
 
 import anyio
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane import ControlPlane
@@ -466,7 +465,7 @@ async def test_agent_sigkilled_with_a_mounted_volume_adopts_it_and_unmounts_it_o
     config = await cluster_config(cp, containerd, base, plugins_registry_dir=base / "registry",
                                   plugins={"csi": CSI_TUNING})
     config_path = base / "agent.yaml"
-    config_path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    config_path.write_text(config.to_yaml())
     log = base / "agent.log"
     agent = _start_agent(config_path, log)
     name = f"keep-{uuid.uuid4().hex[:5]}"

@@ -457,3 +457,23 @@ def test_the_earlier_format_sends_the_node_managers_kubelet_fields_to_the_kubele
                               "shutdown": {"shutdownTrigger": "request-file"}}
     flat = AgentConfig(plugins={"eviction": {"evictionHard": {"memory.available": "0%"}}})
     assert flat.kubelet.eviction_hard == {"memory.available": "0%"} and flat.plugins == {"eviction": {}}
+
+
+def test_a_configuration_written_as_a_file_reads_back_the_same(tmp_path: Path) -> None:
+    """AgentConfig.to_yaml: what tests and benchmarks hand an agent they start as a process. Its
+    model dump does not load (sections are not a file's documents); this does, unchanged."""
+    config = AgentConfig(node_name="n1", kubeconfig=tmp_path / "node.kubeconfig", root_dir=tmp_path / "root",
+                         container_runtime_endpoint="unix:///run/c.sock", static_pod_path=tmp_path / "manifests",
+                         healthz_port=0, max_pods=12, plugins_registry_dir=tmp_path / "registry",
+                         plugins={"gang": {"graceSeconds": 5}}, node_status_update_frequency=1.0)
+    path = _write(tmp_path / "agent.yaml", config.to_yaml())
+    back = build(flags.parse([f"--config={path}"]), read_sources(path, None, strict_config=False))
+    # The command-line settings travel in the file's kubeletFlags and come back as the flags.
+    assert back.agent.model_copy(update={"kubelet_flags": config.agent.kubelet_flags}) == config.agent
+    assert back.flags.model_copy(update={"config": None}) == config.flags
+    # Cluster mode: the mode-dependent fields come out as a file's defaults give them.
+    assert back.kubelet.model_copy(update={"authentication": config.kubelet.authentication,
+                                           "authorization": config.kubelet.authorization,
+                                           "enable_server": config.kubelet.enable_server}) == config.kubelet
+    assert (back.kubelet.authorization.mode, back.kubelet.authentication.webhook.enabled,
+            back.kubelet.enable_server) == ("Webhook", True, True)

@@ -570,8 +570,14 @@ async def test_the_longest_valid_names_neither_stop_the_agent_nor_loop_on_except
             [status_file] = [p for p in (env.config.root_dir / "pod-status").iterdir() if p.name.startswith("n" * 63)]
             assert len(status_file.name) == MAX_NAME_BYTES and HASH_MARK in status_file.name
             assert status_file.name.endswith(".json")
-            status = json.loads(status_file.read_text())
-            assert status["pod"]["uid"] == uid and status["status"]["phase"] == "Running"
+
+            async def running() -> dict[str, Any] | None:
+                # The runtime shows the container running a relist before the status file does.
+                status = json.loads(status_file.read_text())
+                return status if status["status"]["phase"] == "Running" else None
+
+            status = await wait_for(running, what="the long-named pod's status file saying Running")
+            assert status["pod"]["uid"] == uid
             [log_dir] = [p for p in env.config.pod_logs_dir.iterdir() if p.name.startswith("n" * 63)]
             assert len(log_dir.name) == MAX_NAME_BYTES and HASH_MARK in log_dir.name
             assert list(log_dir.iterdir()), "the container logs where the sandbox's log directory says"

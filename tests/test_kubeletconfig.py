@@ -264,33 +264,32 @@ def test_the_kubelet_entry_point_fails_as_the_kubelet_does(tmp_path: Path) -> No
 def test_only_fields_off_their_default_are_reported(tmp_path: Path) -> None:
     plain = _write(tmp_path / "plain.yaml", HEADER + "failSwapOn: true\ncgroupDriver: cgroupfs\n")
     assert _load([f"--config={plain}"]).unsupported_fields() == {}
-    odd = _write(tmp_path / "odd.yaml", HEADER + "cpuManagerPolicy: static\nregistryPullQPS: 10\n"
-                 "failSwapOn: false\nmaxPods: 30\nimageGCHighThresholdPercent: 90\ncgroupDriver: systemd\n")
-    # failSwapOn: false is what nodeagent does anyway; maxPods, imageGC* (the gc stage) and
-    # cgroupDriver (the fallback for a runtime without RuntimeConfig) are honoured.
-    assert _load([f"--config={odd}"]).unsupported_fields() == {"cpuManagerPolicy": "static",
+    odd = _write(tmp_path / "odd.yaml", HEADER + "cgroupDriver: systemd\nregistryPullQPS: 10\n"
+                 "failSwapOn: false\nmaxPods: 30\nimageGCHighThresholdPercent: 90\n")
+    # failSwapOn: false is what nodeagent does anyway; maxPods and imageGC* (the gc stage) are honoured.
+    assert _load([f"--config={odd}"]).unsupported_fields() == {"cgroupDriver": "systemd",
                                                                "registryPullQPS": 10}
 
 
 def test_config_explain_shows_each_fields_source_and_what_nodeagent_does(tmp_path: Path) -> None:
-    config = _write(tmp_path / "config.yaml", HEADER + "cpuManagerPolicy: static\nclusterDNS: [10.96.0.10]\n")
+    config = _write(tmp_path / "config.yaml", HEADER + "cgroupDriver: systemd\nclusterDNS: [10.96.0.10]\n")
     drop = tmp_path / "conf.d"
     _write(drop / "10.conf", HEADER + "maxPods: 12\n")
     done = subprocess.run([sys.executable, "-m", "nodeagent", "config", "explain", "-o", "json", "--config",
                            str(config), "--config-dir", str(drop), "--node-ip", "10.1.2.3", "--healthz-port", "0"],
                           capture_output=True, text=True, cwd=REPO, check=True)
     rows = {r["field"]: r for r in json.loads(done.stdout)["kubeletConfiguration"]}
-    assert rows["cpuManagerPolicy"] == {"field": "cpuManagerPolicy", "value": "static", "source": f"file {config}",
-                                        "nodeagent": "unsupported", "note": support.FIELDS["cpuManagerPolicy"].note,
-                                        "reported": True}
+    assert rows["cgroupDriver"] == {"field": "cgroupDriver", "value": "systemd", "source": f"file {config}",
+                                    "nodeagent": "unsupported", "note": support.FIELDS["cgroupDriver"].note,
+                                    "reported": True}
     assert rows["clusterDNS"]["nodeagent"] == "honoured" and not rows["clusterDNS"]["reported"]
     assert rows["maxPods"]["source"] == f"drop-in {drop / '10.conf'}"
     assert rows["healthzPort"]["source"] == "flag --healthz-port"
     assert rows["syncFrequency"]["source"] == "default" and rows["syncFrequency"]["value"] == "1m0s"
     table = subprocess.run([sys.executable, "-m", "nodeagent", "config", "explain", "--config", str(config)],
                            capture_output=True, text=True, cwd=REPO, check=True).stdout
-    assert re.search(r"^! cpuManagerPolicy +\"static\" +file .*unsupported: nodeagent has no CPU, memory or "
-                     r"topology manager", table, re.M), table
+    assert re.search(r"^! cgroupDriver +\"systemd\" +file .*unsupported: pod cgroups use the cgroupfs layout",
+                     table, re.M), table
 
 
 def test_docs_carry_the_compatibility_table() -> None:

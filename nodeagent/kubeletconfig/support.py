@@ -98,8 +98,8 @@ FIELDS: Mapping[str, Support] = {
     "systemCgroups": _u("system processes are not moved"),
     "cgroupRoot": _u("pod cgroups live under /nodeagent-pods"),
     "cgroupsPerQOS": _h("pod cgroups under /nodeagent-pods/<qos> (false: none, the runtime places sandboxes)"),
-    "cgroupDriver": _h("used only when the runtime does not say its own (CRI RuntimeConfig; containerd 1.6); "
-                       "systemd refuses every pod (pod cgroups use the cgroupfs layout)"),
+    "cgroupDriver": _u("pod cgroups use the cgroupfs layout: systemd (the runtime's, from CRI RuntimeConfig, or "
+                       "this field where the runtime does not say) refuses every pod", "cgroupfs"),
     "cpuManagerPolicy": _u(_NO_CM),
     "singleProcessOOMKill": _u("the runtime's default"),
     "cpuManagerPolicyOptions": _u(_NO_CM),

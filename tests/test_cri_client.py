@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import http.server
 import ipaddress
-import json
 import re
-import tarfile
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import ClassVar
 
 import anyio
 import pytest
@@ -27,6 +21,7 @@ from cri import (
 )
 from cri import types as t
 from devenv.images import BUSYBOX_IMAGE, PAUSE_IMAGE, build_busybox
+from devenv.registry import serve as served_registry
 
 pytestmark = [pytest.mark.anyio, pytest.mark.containerd]
 
@@ -123,74 +118,13 @@ async def pods(client: RuntimeClient, tmp_path: Path) -> AsyncIterator[Pods]:
         await made.cleanup()
 
 
-class _Registry(http.server.BaseHTTPRequestHandler):
-    """Just enough of the OCI distribution API for a pull: manifests by any tag
-    or digest, blobs by digest, all from one OCI archive."""
-
-    blobs: ClassVar[dict[str, tuple[str, bytes]]] = {}  # digest -> (media type, bytes)
-    manifest_digest = ""
-    # containerd 2.x tries HTTPS first on a loopback registry and falls back to HTTP
-    # only when the answer to its TLS hello starts with "HTTP/", as a real registry's
-    # 400 does; http.server would answer an unparsable request as HTTP/0.9 (no status line).
-    default_request_version = "HTTP/1.0"
-
-    def do_HEAD(self) -> None:
-        self._serve(body=False)
-
-    def do_GET(self) -> None:
-        self._serve(body=True)
-
-    def _serve(self, *, body: bool) -> None:
-        match = re.fullmatch(r"/v2/(.+)/(manifests|blobs)/([^/]+)", self.path)
-        if self.path == "/v2/":
-            found: tuple[str, bytes] | None = ("application/json", b"{}")
-        elif match is None:
-            found = None
-        else:
-            kind, ref = match[2], match[3]
-            digest = self.manifest_digest if kind == "manifests" and not ref.startswith("sha256:") else ref
-            found = self.blobs.get(digest)
-        if found is None:
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        media_type, data = found
-        self.send_response(200)
-        self.send_header("Content-Type", media_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Docker-Content-Digest", "sha256:" + hashlib.sha256(data).hexdigest())
-        self.end_headers()
-        if body:
-            self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def registry() -> Iterator[str]:
-    """A plain-HTTP registry on 127.0.0.1 (containerd allows HTTP for loopback:
-    1.6 uses it directly, 2.x after an HTTPS attempt) serving the busybox image;
-    yields its host:port."""
-    blobs: dict[str, tuple[str, bytes]] = {}
-    with tarfile.open(build_busybox().path) as tar:
-        index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
-        for member in tar.getmembers():
-            if member.isfile() and member.name.startswith("blobs/sha256/"):
-                data = tar.extractfile(member).read()  # type: ignore[union-attr]
-                blobs["sha256:" + member.name.rsplit("/", 1)[1]] = ("application/octet-stream", data)
-    manifest = index["manifests"][0]
-    blobs[manifest["digest"]] = (manifest["mediaType"], blobs[manifest["digest"]][1])
-    handler = type("Registry", (_Registry,), {"blobs": blobs, "manifest_digest": manifest["digest"]})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    """A plain-HTTP registry on 127.0.0.1 (devenv.registry: containerd allows HTTP for loopback,
+    1.6 directly, 2.x after an HTTPS attempt) serving busybox as cri-test/busybox:1.36; yields
+    its host:port."""
+    with served_registry({"cri-test/busybox:1.36": build_busybox().path}) as served:
+        yield served.host
 
 
 async def wait_exited(client: RuntimeClient, container_id: str, timeout: float = 20.0) -> t.ContainerStatus:

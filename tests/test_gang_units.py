@@ -531,6 +531,34 @@ async def test_across_nodes_a_member_that_fails_on_its_node_makes_the_coordinato
     assert await c.admit("r0") is Verdict.CONTINUE
 
 
+async def test_across_nodes_a_replacement_created_in_the_abort_s_second_starts_the_next_attempt() -> None:
+    """Creation times have one-second resolution: a controller that recreates the gang at once
+    creates it in the abort's second. The record names its attempt's last creation second, so
+    the replacements form the new quorum on every node (the coordinator's, with its local
+    tombstone, too) while a straggler created with the old members still fails."""
+    c = Cluster("a", "b")
+    c.pod("m0", "a", 2)
+    c.pod("m1", "b", 2, cpu="100")
+    assert await c.admit("m0") is Verdict.CONTINUE
+    await c.sync()
+    assert (await c.permit("m0")).verdict is Verdict.WAIT
+    assert await c.admit("m1") is Verdict.REJECT
+    await c.sync()
+    assert c.committed_on() == {"m0": (False, "GangAborted")}
+    message = c.members["m0"].ctx.status.messages["gang.nodeagent.io/StartCommitted"]
+    assert message.endswith(f"(members created until {T0} were of this attempt)"), message
+    assert (await c.permit("m0")).verdict is Verdict.REJECT
+    now = _stamp(c.clock.now())  # the abort's own second
+    assert now != T0
+    c.pod("r0", "a", 2, created=now)
+    c.pod("r1", "b", 2, created=now)
+    c.pod("m3", "b", 2)  # created with the old members: of the aborted attempt
+    await c.sync()
+    assert await c.admit("m3") is Verdict.REJECT and c.members["m3"].reason == "GangAborted"
+    for name in ("r0", "r1"):
+        assert await c.admit(name) is Verdict.CONTINUE, c.members[name].message
+
+
 async def test_across_nodes_a_coordinator_deleted_before_deciding_is_replaced_by_the_next_member() -> None:
     c = Cluster("a", "b")
     c.pod("m0", "a", 3)

@@ -19,7 +19,7 @@ import structlog
 from nodeagent.events import Event
 from nodeagent.model import Pod
 from nodeagent.stages import PodContext, Result
-from plugins.gang.coordinator import Assessment, assess, vote_message
+from plugins.gang.coordinator import Assessment, abort_message, assess, attempt_end, vote_message
 from plugins.gang.declaration import Declaration, GangKey, created_at
 from plugins.gang.events import GangAborted, GangDecisionRecorded, GangMemberPrepared
 from plugins.gang.names import (
@@ -143,13 +143,18 @@ class AcrossNodes:
 
     def _decide_as_coordinator(self, gen: Generation, me: Member, found: Assessment, wall: float) -> None:
         votes = ", ".join(p.name for p in found.votes)
+        # Which members an abort ends: those the API shows of this attempt and this node's own
+        # (one the API view has not shown yet is still of it).
+        until = attempt_end([*(p.created for p in (*found.current, *found.failed)),
+                             *(m.created for m in gen.members.values())], wall)
         if found.failed:
             culprit = found.failed[0]
             cause = f"{culprit.reason}: {culprit.message}" if culprit.reason else culprit.message or "Failed"
             message = (f"gang {gen.key} aborted: member {culprit.full_name} failed on node {culprit.node} "
                        f"({cause}); no container of the gang was started")
+            message = abort_message(message, until)
             self._record(gen, me, False, ABORTED, message, found)
-            self._abort(gen, ABORTED, message, wall=wall)
+            self._abort(gen, ABORTED, message, wall=until)
         elif len(found.votes) >= gen.min_member:
             message = (f"gang {gen.key}: {len(found.votes)} of {gen.min_member} members prepared ({votes}); "
                        f"decided by {me.ref.namespace}/{me.ref.name} on node {self._node_name}")
@@ -161,8 +166,9 @@ class AcrossNodes:
             message = (f"gang {gen.key} did not commit within {gen.timeout:g}s: {len(found.voted)} of "
                        f"{gen.min_member} members were prepared ({voted or 'none'}); no container of the gang "
                        "was started")
+            message = abort_message(message, until)
             self._record(gen, me, False, TIMEOUT, message, found)
-            self._abort(gen, TIMEOUT, message, wall=wall)
+            self._abort(gen, TIMEOUT, message, wall=until)
 
     def _record(self, gen: Generation, me: Member, committed: bool, reason: str, message: str,
                 found: Assessment) -> None:

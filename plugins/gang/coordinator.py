@@ -14,11 +14,14 @@ the record once it sees it in the API.
 This module is pure: :func:`pod_info` reads one API pod, :func:`assess` reads a gang's pods as
 one agent sees them at one moment. The stage turns an :class:`Assessment` into actions.
 
-Generations across nodes. An abort record at time T ends the generation of every member created
-no later than T; a pod created after T is of the next generation (a controller's replacement
-forms a new quorum). The *current* members are the gang's pods that are bound to a node, not
-being deleted, not finished, and created after the latest abort record. A commit is once
-satisfied: once a commit record (or its evidence, below) is visible, every member joins it.
+Generations across nodes. An abort record ends the attempt of every member created no later
+than T, the latest creation second among the members its coordinator saw (the record's message
+says T; a record without it ends those created no later than its ``lastTransitionTime``); a pod
+created after T is of the next generation (a controller's replacement forms a new quorum, even
+when it is created in the same second as the abort). The *current* members are the gang's pods
+that are bound to a node, not being deleted, not finished, and created after the latest abort
+record. A commit is once satisfied: once a commit record (or its evidence, below) is visible,
+every member joins it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ INDEX_KEYS = (
 """A pod whose every index among these (at least one) is 0 is a well-known index-0 member."""
 
 _EXPIRY = re.compile(r"counts until (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+_ATTEMPT = re.compile(r"\(members created until (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) were of this attempt\)$")
 TERMINAL = frozenset({"Succeeded", "Failed"})
 
 
@@ -56,6 +60,26 @@ def vote_message(expires: float) -> str:
     """The Prepared condition's message: the expiry is floored to the second, so a coordinator
     never counts a vote a moment longer than its member holds it."""
     return f"prepared; this vote counts until {rfc3339(expires)}"
+
+
+def attempt_end(created: Iterable[float | None], fallback: float) -> float:
+    """The creation second that closes an aborted attempt: its latest member's (``fallback``,
+    the decision's time, when no member says when it was created). Creation times have
+    one-second resolution, so the decision's own time would also take in a replacement created
+    in the same second, after the abort: such a pod must start the next attempt, not fail."""
+    known = [c for c in created if c is not None]
+    return max(known) if known else fallback
+
+
+def abort_message(message: str, until: float) -> str:
+    """An abort record's message: what happened, then which members it ends (read back by
+    :func:`assess`; matched at the end, so a cause quoted inside it does not count)."""
+    return f"{message} (members created until {rfc3339(until)} were of this attempt)"
+
+
+def _attempt_until(message: str) -> float | None:
+    found = _ATTEMPT.search(message)
+    return parse_rfc3339(found.group(1)) if found else None
 
 
 @dataclass(frozen=True)
@@ -208,7 +232,9 @@ def assess(pods: Iterable[PodInfo], min_member: int, now: float) -> Assessment:
     for pod in pods:
         record = pod.committed
         if record is not None and not record.status and record.reason in ABORT_REASONS:
-            at = record.at if record.at is not None else pod.created
+            at = _attempt_until(record.message)
+            if at is None:
+                at = record.at if record.at is not None else pod.created
             if at is not None:
                 aborts.append(AbortRecord(pod, at, record.reason or ABORTED, record.message))
     aborts.sort(key=lambda r: r.at)

@@ -61,7 +61,8 @@ class Generation:
     decided_at: float | None = None
     """Monotonic seconds of the decision."""
     decided_wall: float | None = None
-    """Wall-clock seconds of the decision, compared with pods' creation times."""
+    """Wall-clock seconds compared with pods' creation times: a pod created later is of the next
+    attempt. The decision's time; across nodes, the attempt's end its abort record names."""
     prepared_at_commit: int = 0
     members: dict[str, Member] = field(default_factory=dict)
     cluster: bool = False

@@ -133,13 +133,26 @@ def test_selection_skip_list_and_ci_slice(e2e_test: Path) -> None:
     selected = selection.select(selection.list_specs(e2e_test))
     names = {s.name for s in selected}
     assert len(selected) > 100
-    assert all("[NodeConformance]" in n or "[Conformance]" in n for n in names)
+    assert all("[NodeConformance]" in n or "[Conformance]" in n or selection.FEATURES.search(n) for n in names)
     skips = selection.load_skips()
     # every skip entry removes at least one selected test (no stale entries)
     assert [s.pattern for s in skips if not any(s.matches(n) for n in names)] == []
     ci = selection.apply_slice(selected, "ci")  # raises if a name is not selected
     assert 20 <= len(ci) <= 40
     assert [s.name for s in ci if selection.skip_reason(s.name, skips)] == []
+
+
+def test_selection_holds_the_user_namespace_and_runtime_handler_feature_tests(e2e_test: Path) -> None:
+    """Issue 15: the upstream tests of what nodeagent implements behind a runtime's abilities
+    (hostUsers: false, RuntimeClass handlers) run with the rest."""
+    names = {s.name for s in selection.select(selection.list_specs(e2e_test))}
+    userns = [n for n in names if "[Feature:UserNamespacesSupport]" in n]
+    handlers = [n for n in names if "[Feature:RuntimeHandler]" in n]
+    assert len(userns) == 7 and any("must create the user namespace if set to false" in n for n in userns)
+    assert any("metrics should report count of started and failed user namespaced pods" in n for n in userns)
+    assert len(handlers) == 2 and any("with an unconfigured handler" in n for n in handlers)
+    # Only those of test/e2e/common: the other features stay out (the kubelet-in-userns one).
+    assert not [n for n in names if "[Feature:KubeletInUserNamespace]" in n]
 
 
 def test_selection_holds_the_storage_conformance_tests_one_node_runs(e2e_test: Path) -> None:

@@ -206,6 +206,14 @@ async def _userns_supported(env: AgentEnv, handler: str) -> str | None:
     return unsupported_message(handler, await env.client.capabilities())
 
 
+def _sample(env: AgentEnv, name: str) -> float:
+    """One unlabelled series of the agent's /metrics text."""
+    for line in env.agent.metrics.render().splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} is not in /metrics")
+
+
 async def test_host_users_false_gets_its_own_user_namespace_or_the_kubelets_refusal(containerd: Any,
                                                                                    tmp_path: Path) -> None:
     async with running_agent(containerd, tmp_path) as env:
@@ -224,9 +232,18 @@ async def test_host_users_false_gets_its_own_user_namespace_or_the_kubelets_refu
             assert why == "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
             event = await waiting_on(env, "isolated", "FailedCreatePodSandBox")
             assert event["message"] == f"Failed to create pod sandbox: {why}"
+            # The kubelet's counters: each attempt started, each failed.
+            assert _sample(env, "kubelet_started_user_namespaced_pods_total") >= 1
+            assert _sample(env, "kubelet_started_user_namespaced_pods_errors_total") == \
+                _sample(env, "kubelet_started_user_namespaced_pods_total")
             return
         assert why is None  # containerd 2.x with our runc 1.5: idmapped mounts
         isolated = await env.wait_running("isolated", timeout=60)
+        # The kubelet's counters (the upstream UserNamespacesSupport metrics test reads them):
+        # the shared pod is no user-namespaced pod; the isolated one started without error.
+        assert _sample(env, "kubelet_started_pods_total") == 2
+        assert _sample(env, "kubelet_started_user_namespaced_pods_total") == 1
+        assert _sample(env, "kubelet_started_user_namespaced_pods_errors_total") == 0
         uid = env.uid_of("isolated")
         assert uid is not None
         # The runtime's own view: inside, root is a host ID of the pod's 65536-ID slot.
@@ -251,6 +268,17 @@ async def test_host_users_false_gets_its_own_user_namespace_or_the_kubelets_refu
             return not (hostpaths.pod_dir(env.config.root_dir, uid) / "userns").exists()
 
         await wait_for(released, 45, "the user namespace released")
+        # A user-namespaced pod whose container cannot start counts as an error (the kubelet
+        # counts every failure of the sync pass that created the sandbox).
+        env.write("bogus.yaml", pod_manifest("bogus", hostUsers=False, container={"command": ["bogus"]}))
+
+        async def start_failed() -> bool:
+            return any(e["kind"] == "ContainerFailed" and e["reason"] == "RunContainerError"
+                       for e in env.agent.trace.chain(f"default/bogus-{env.node}"))
+
+        await wait_for(start_failed, 45, "bogus's container failed to start")
+        assert _sample(env, "kubelet_started_user_namespaced_pods_total") == 2
+        assert _sample(env, "kubelet_started_user_namespaced_pods_errors_total") == 1
 
 
 async def test_a_handler_without_user_namespaces_refuses_the_pod(containerd: Any, tmp_path: Path) -> None:

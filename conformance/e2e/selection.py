@@ -6,6 +6,9 @@ The selection (issue 8) is, from the tests the e2e binary knows
 - every test tagged [NodeConformance], wherever it lives; and
 - every [Conformance] test defined under test/e2e/common/ (node and storage):
   those run on one node; and
+- the feature tests of test/e2e/common/ for what nodeagent implements and
+  the kubelet gates on a runtime's abilities (issue 15): [Feature:UserNamespacesSupport]
+  (hostUsers: false) and [Feature:RuntimeHandler] (RuntimeClass handlers); and
 - the [Conformance] storage tests of test/e2e/storage that one node can run
   (issue 18): CSIDriver, CSINode, CSI inline volumes in the Pod API, PV and PVC
   lifecycles and status, CSIStorageCapacity, StorageClass, VolumeAttachment. docs/conformance-report.md says
@@ -84,10 +87,16 @@ STORAGE = re.compile(
 """[Conformance] storage tests outside test/e2e/common that one node can run (see above)."""
 
 
+FEATURES = re.compile(r"\[Feature:(UserNamespacesSupport|RuntimeHandler)\]")
+"""Feature-tagged tests of test/e2e/common for features nodeagent implements (see above)."""
+
+
 def is_selected(spec: Spec) -> bool:
     if "[NodeConformance]" in spec.name:
         return True
     if STORAGE.search(spec.name):
+        return True
+    if FEATURES.search(spec.name) and "test/e2e/common/" in spec.file:
         return True
     return "[Conformance]" in spec.name and "test/e2e/common/" in spec.file
 

@@ -60,6 +60,7 @@ from plugins.runtime.pullsecrets import PullSecrets
 from plugins.runtime.resize import Ledger, Resizer, allocated_pod, ensure_state
 from plugins.runtime.runtimeclass import handler_of
 from plugins.runtime.sandbox import SandboxConfigError, grpc_error_text, log_directory, sandbox_config
+from plugins.runtime.startcounts import StartCounts
 from plugins.runtime.sync import RESYNC_SECONDS, SANDBOX_KEY, Syncer, acted
 from plugins.runtime.termination import kill, victim
 from plugins.runtime.userns import UserNamespaces
@@ -89,8 +90,12 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         """cgroupsPerQOS: False makes, writes, removes and sweeps no pod cgroup."""
         self._images = ImagePuller.new(node_keyring, pull_records)
         self._ledger = Ledger()
+        self.starts = StartCounts()
         self._sync = Syncer(node_name, self._ensure_sandbox, self._pod_ip_of, self._image_ref,
                             Resizer(self._ledger), self._image_volumes)
+
+    def render_metrics(self) -> str:
+        return self.starts.render_metrics()
 
     # --- the node-level task: orphaned pod cgroups ---------------------------------------------
 
@@ -137,13 +142,10 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         ready = sorted((s for s in sandboxes if s.state == t.PodSandboxState.SANDBOX_READY),
                        key=lambda s: s.created_at, reverse=True)
         await self._remove_empty_leftovers(ctx, [s for s in sandboxes if not ready or s.id != ready[0].id])
-        # The kubelet resolves the handler and the user namespace in generatePodSandboxConfig:
-        # an unknown class or a handler without user namespaces fails here, before anything runs.
-        # A sandbox that runs already keeps the handler it runs under (its class may be gone).
-        handler = ready[0].runtime_handler if ready else await handler_of(ctx)
-        userns = await self._userns.options(ctx, handler)
         if ready:
+            # A sandbox that runs already keeps the handler it runs under (its class may be gone).
             sandbox = ready[0]
+            userns = await self._userns.options(ctx, sandbox.runtime_handler)
             attempt = sandbox.metadata.attempt if sandbox.metadata else 0
             config = sandbox_config(pod, attempt, self._logs, self._node, settings=ctx.settings, userns=userns)
             ctx.stash[SANDBOX] = (sandbox.id, config)
@@ -163,6 +165,19 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             acted(ctx)
             return
         attempt = max((s.metadata.attempt + 1 for s in sandboxes if s.metadata), default=0)
+        with self.starts.sandbox_creation(ctx):
+            sandbox_id, config = await self._create_sandbox(ctx, attempt)
+        ctx.stash[SANDBOX] = (sandbox_id, config)
+        acted(ctx)
+        ctx.stash[POD_IP] = await self._sandbox_ip(ctx, sandbox_id)
+        await ctx.publish(SandboxStarted(sandbox_id=sandbox_id, attempt=attempt, pod_ip=ctx.stash[POD_IP]))
+
+    async def _create_sandbox(self, ctx: PodContext, attempt: int) -> tuple[str, t.PodSandboxConfig]:
+        pod = ctx.pod
+        # The kubelet resolves the handler and the user namespace in generatePodSandboxConfig:
+        # an unknown class or a handler without user namespaces fails here, before anything runs.
+        handler = await handler_of(ctx)
+        userns = await self._userns.options(ctx, handler)
         config = sandbox_config(pod, attempt, self._logs, self._node, settings=ctx.settings, userns=userns)
         try:
             log_directory(self._logs, pod).mkdir(parents=True, exist_ok=True, mode=0o755)
@@ -173,17 +188,13 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
                                      f"{exc.strerror}") from None
         await self._pod_cgroup(ctx)
         try:
-            sandbox_id = await ctx.runtime.run_pod_sandbox(config, runtime_handler=handler)
+            return await ctx.runtime.run_pod_sandbox(config, runtime_handler=handler), config
         except CriError as exc:
             if exc.retryable:
                 raise
             # The kubelet's FailedCreatePodSandBox, with the runtime's own error (an unknown
             # handler: `no runtime for "x" is configured`); the pod stays Pending and retries.
             raise SandboxConfigError(f"Failed to create pod sandbox: {grpc_error_text(exc)}") from None
-        ctx.stash[SANDBOX] = (sandbox_id, config)
-        acted(ctx)
-        ctx.stash[POD_IP] = await self._sandbox_ip(ctx, sandbox_id)
-        await ctx.publish(SandboxStarted(sandbox_id=sandbox_id, attempt=attempt, pod_ip=ctx.stash[POD_IP]))
 
     async def _remove_empty_leftovers(self, ctx: PodContext, sandboxes: list[t.PodSandbox]) -> None:
         """Sandboxes other than the one the pod keeps and that hold no container are leftovers of
@@ -258,7 +269,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             return Result.retry("SandboxMissing", "no sandbox was prepared for the pod")
         # Whatever could not start now (back-off, a config error) shows as the container's
         # waiting reason and is retried by the observe loop, as the kubelet's next sync would.
-        await self._sync.sync(ctx)
+        with self.starts.sync_pass(ctx):
+            await self._sync.sync(ctx)
         return Result.ok()
 
     async def stop(self, ctx: PodContext, grace_period: float) -> None:
@@ -271,7 +283,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
 
     async def observe(self, ctx: PodContext) -> None:
         while True:
-            delay = await self._sync.sync(ctx)
+            with self.starts.sync_pass(ctx):
+                delay = await self._sync.sync(ctx)
             await _until_changed(ctx, delay)
 
     # --- cleanup ---------------------------------------------------------------------------

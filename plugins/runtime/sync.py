@@ -44,6 +44,7 @@ from plugins.runtime.resize import (
     resize_restarts,
     skip_backoff,
 )
+from plugins.runtime.startcounts import StartCounts
 from plugins.runtime.termination import kill, pod_grace, victim
 
 CRASHLOOP_INITIAL = 10.0  # the kubelet's initial CrashLoopBackOff
@@ -364,6 +365,7 @@ async def _failed(ctx: PodContext, name: str,
                   reason: Literal["CreateContainerConfigError", "CreateContainerError", "RunContainerError"],
                   message: str) -> None:
     """The container's waiting reason, and the fact (the kubelet's Warning "Failed" event)."""
+    StartCounts.container_failed(ctx)
     ctx.status.container_waiting(name, reason, message)
     await ctx.publish(ContainerFailed(container=name, reason=reason, message=message))
 

@@ -401,3 +401,31 @@ async def test_a_restarted_agent_adopts_a_pod_whose_class_is_gone(containerd: An
         assert (await sandbox_of(env, "p")).id == sandbox.id
         assert [c.id for c in await env.running_containers("p")] == [first.id]
         assert not [e for e in env.agent.trace.chain(f"default/p-{env.node}") if e["kind"] == "PodWaiting"]
+
+
+async def test_cluster_mode_an_unconfigured_handler_fails_the_sandbox_with_its_event(
+        containerd: Any, control_plane: Any, tmp_path: Path) -> None:
+    """The upstream [Feature:RuntimeHandler] test: a class whose handler the runtime does not
+    have leaves the pod Pending with a FailedCreatePodSandBox Event that names the handler."""
+    async with cluster_node(containerd, control_plane, tmp_path) as node:
+        name = f"unconfigured-{node.name}"
+        await node.create(runtime_class(name, f"{name}-handler"))
+        try:
+            pod = await node.run_pod(f"rc-{node.name}", {"name": "main", "image": BUSYBOX_IMAGE,
+                                                         "command": ["true"]},
+                                     runtimeClassName=name, restartPolicy="Never")
+            uid = pod["metadata"]["uid"]
+
+            async def failed() -> list[dict[str, Any]]:
+                return [e for e in await node.events(uid, "FailedCreatePodSandBox")
+                        if f"{name}-handler" in e.get("message", "")]
+
+            events = await wait_for(failed, 60, "a FailedCreatePodSandBox Event naming the handler")
+            assert events[0]["type"] == "Warning", events
+            phase = json.loads(await node.kubectl("get", "pod", pod["metadata"]["name"], "-o", "json"))
+            assert phase["status"]["phase"] == "Pending"
+        finally:
+            await node.kubectl("delete", "pods", "-A", "--field-selector", f"spec.nodeName={node.name}",
+                               "--wait=false", check=False)
+            await node.env.wait_empty(60)
+            await node.kubectl("delete", "runtimeclass", name, "--wait=false", check=False)

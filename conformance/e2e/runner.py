@@ -213,9 +213,10 @@ class Environment:
                 "--kubeconfig", str(self.cp.node_kubeconfig(o.node_name)),
                 "--container-runtime-endpoint", self.ctd.endpoint,
                 "--node-name", o.node_name,
-                # The control plane is on loopback: the API server reaches the node's kubelet API
-                # there (the address nodeagent used before it detected the node's as the kubelet).
-                "--node-ip", "127.0.0.1",
+                # No --node-ip: the node's address is detected as the kubelet detects it (the
+                # default route's interface). Not loopback: the API server refuses to proxy to
+                # a loopback node address ("address not allowed"), which fails every test that
+                # reads the kubelet's /metrics through nodes/<node>/proxy.
                 "--root-dir", str(self.node_dir / "root"),
                 "--pod-logs-dir", str(self.node_dir / "pods"),
                 *extra]

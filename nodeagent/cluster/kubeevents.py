@@ -53,6 +53,8 @@ _WAITING: dict[str, tuple[str, str, str]] = {
     "CreateContainerConfigError": (WARNING, "Failed", "Error: {message}"),
     "CreateContainerError": (WARNING, "Failed", "Error: {message}"),
     "RunContainerError": (WARNING, "Failed", "Error: {message}"),
+    # plugins/runtime: an unknown RuntimeClass or handler, a refused user namespace, RunPodSandbox
+    "FailedCreatePodSandBox": (WARNING, "FailedCreatePodSandBox", "{message}"),
     "FailedPrepareDynamicResources": (WARNING, "FailedPrepareDynamicResources", "{message}"),  # plugins/dra
 }
 

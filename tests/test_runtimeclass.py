@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from nodeagent.objects.filestore import FileObjects
 from nodeagent.sources.static import StaticPodSource
 from nodeagent.validation import validate_pod_create
 from plugins.runtime import podcgroup
-from plugins.runtime.userns import IDS_PER_POD, UserNamespaces, unsupported_message
+from plugins.runtime.userns import IDS_PER_POD, RangeError, UserNamespaces, kubelet_range, unsupported_message
 from tests.agent_helpers import BUSYBOX_IMAGE, AgentEnv, make_config, pod_manifest, running_agent, wait_for
 from tests.test_apivolumes import cluster_node
 
@@ -307,6 +308,62 @@ def test_the_id_allocator_follows_the_kubelet(tmp_path: Path) -> None:
     small.allocate("x"), small.allocate("y")
     with pytest.raises(ValueError, match="^could not find an empty slot to allocate a user namespace$"):
         small.allocate("z")
+
+
+def test_the_node_range_is_the_kubelet_user_s_subordinate_ids(tmp_path: Path) -> None:
+    """getKubeletMappings and the manager's checks: the ``kubelet`` OS user's subordinate range
+    from getsubids when both exist (here the user is root, which exists, and getsubids is a
+    test double: a script printing what shadow-utils' tool prints), else every ID from
+    idsPerPod up; a range the kubelet would not start with is refused with its words."""
+    def tool(uids: str, gids: str | None = None) -> str:
+        script = tmp_path / f"getsubids-{uuid.uuid4().hex[:6]}"
+        script.write_text(f'#!/bin/sh\nif [ "$1" = -g ]; then echo "{gids or uids}"; else echo "{uids}"; fi\n')
+        script.chmod(0o755)
+        return str(script)
+
+    assert kubelet_range(IDS_PER_POD, 110, user="no-such-user-here") == (65536, (1 << 32) - 65536)
+    assert kubelet_range(IDS_PER_POD, 110, user="root", getsubids=None) == (65536, (1 << 32) - 65536)
+    assert kubelet_range(IDS_PER_POD, 110, user="root", getsubids=str(tmp_path / "missing")) == \
+        (65536, (1 << 32) - 65536)
+    assert kubelet_range(IDS_PER_POD, 110, user="root",
+                         getsubids=tool(f"0: root 65536 {110 * 65536}")) == (65536, 110 * 65536)
+    assert kubelet_range(2 * IDS_PER_POD, 2, user="root",
+                         getsubids=tool("0: root 131072 262144")) == (131072, 262144)
+    refusals = {
+        tool("0: root 65536 65536", "0: root 131072 65536"): "mismatched subuids and subgids for user 'root'",
+        tool("0: root 65536 100000"): "kubelet user assigned IDs length 100000 is not a multiple of 65536",
+        tool("0: root 65537 65536"): "kubelet user assigned ID 65537 is not a multiple of 65536",
+        tool("0: root 0 655360"): "kubelet user assigned ID 0 must be greater or equal to 65536",
+        tool("0: root 65536 655360"): "kubelet user assigned IDs are not enough to support 110 pods",
+        tool("0: root 65536"): "invalid line",
+    }
+    for script, why in refusals.items():
+        with pytest.raises(RangeError, match=why):
+            kubelet_range(IDS_PER_POD, 110, user="root", getsubids=script)
+    # The default range with an idsPerPod that does not divide it: the kubelet stops there too.
+    with pytest.raises(RangeError, match="is not a multiple of 196608"):
+        kubelet_range(3 * IDS_PER_POD, 110, user="no-such-user-here")
+
+
+async def test_ids_per_pod_is_honoured_and_an_unusable_range_refuses_only_user_namespaced_pods(
+        containerd: Any, tmp_path: Path) -> None:
+    """userNamespaces.idsPerPod: each pod gets that many IDs (the runtime's uid_map says so); a
+    value the node's range cannot hold refuses the pods that need it, with the kubelet's
+    reason, while other pods run."""
+    if containerd.runtime.name == CONTAINERD16:
+        pytest.skip("containerd 1.6 runs no user-namespaced pod (the refusal is tested above)")
+    async with running_agent(containerd, tmp_path / "a", user_namespaces={"idsPerPod": 2 * IDS_PER_POD}) as env:
+        env.write("wide.yaml", pod_manifest("wide", hostUsers=False))
+        wide = await env.wait_running("wide", timeout=60)
+        fields = (await exec_out(env, wide.id, "cat", "/proc/self/uid_map")).split()
+        assert fields[0] == "0" and fields[2] == str(2 * IDS_PER_POD) and int(fields[1]) % (2 * IDS_PER_POD) == 0
+    async with running_agent(containerd, tmp_path / "b", user_namespaces={"idsPerPod": 3 * IDS_PER_POD}) as env:
+        env.write("isolated.yaml", pod_manifest("isolated", hostUsers=False))
+        env.write("shared.yaml", pod_manifest("shared"))
+        await env.wait_running("shared")
+        event = await waiting_on(env, "isolated", "FailedCreatePodSandBox")
+        assert event["message"] == ("Failed to create pod sandbox: kubelet user assigned IDs length "
+                                    f"{(1 << 32) - 3 * IDS_PER_POD} is not a multiple of {3 * IDS_PER_POD}")
 
 
 def test_the_refusals_name_the_handler() -> None:

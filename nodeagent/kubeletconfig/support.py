@@ -182,8 +182,8 @@ FIELDS: Mapping[str, Support] = {
     "containerRuntimeEndpoint": _h(),
     "imageServiceEndpoint": _u("images go through containerRuntimeEndpoint"),
     "failCgroupV1": _u("nodeagent runs on cgroup v1 hosts too", False),
-    "userNamespaces": _u("pods with hostUsers: false get 65536 IDs each (plugins/runtime/userns.py): idsPerPod is "
-                         "not read"),
+    "userNamespaces": _h("idsPerPod IDs per pod with hostUsers: false, from the kubelet OS user's subordinate "
+                         "IDs (getsubids) or the default range (plugins/runtime/userns.py)"),
 }
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import anyio
 import anyio.abc
@@ -63,7 +63,7 @@ from plugins.runtime.sandbox import SandboxConfigError, grpc_error_text, log_dir
 from plugins.runtime.startcounts import StartCounts
 from plugins.runtime.sync import RESYNC_SECONDS, SANDBOX_KEY, Syncer, acted
 from plugins.runtime.termination import kill, victim
-from plugins.runtime.userns import UserNamespaces
+from plugins.runtime.userns import IDS_PER_POD, RangeError, UserNamespaces, kubelet_range
 
 log = structlog.get_logger("nodeagent.runtime")
 
@@ -370,7 +370,21 @@ def plugin(config: NoConfig, handle: AgentHandle) -> RuntimeStage:
         # Standalone, a RuntimeClass manifest the API server would refuse is refused when read.
         objects.declare(kinds.RUNTIME_CLASS, runtimeclass_check)
     return RuntimeStage(handle.node.name, Path(settings.pod_logs_dir), NodeKeyring(root_dir, handle.clock.monotonic),
-                        records, userns=UserNamespaces(root_dir), pod_cgroups=podcgroup.enabled(settings))
+                        records, userns=node_user_namespaces(settings), pod_cgroups=podcgroup.enabled(settings))
+
+
+def node_user_namespaces(settings: Any) -> UserNamespaces:
+    """The node's user namespace IDs: userNamespaces.idsPerPod per pod, from the kubelet user's
+    subordinate IDs or the default range. A range the kubelet would refuse to start with
+    refuses only the pods that need it (hostUsers: false), with the kubelet's words."""
+    configured = settings.user_namespaces.ids_per_pod if settings.user_namespaces is not None else None
+    ids_per_pod = configured or IDS_PER_POD
+    try:
+        first, length = kubelet_range(ids_per_pod, settings.max_pods)
+    except RangeError as exc:
+        log.error("user namespaces unavailable: pods with hostUsers: false will be refused", error=str(exc))
+        return UserNamespaces(settings.root_dir, ids_per_pod, ids_per_pod, ids_per_pod, broken=str(exc))
+    return UserNamespaces(settings.root_dir, first, length, ids_per_pod)
 
 
 plugin.stage_class = RuntimeStage  # type: ignore[attr-defined]

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import shutil
+import subprocess
 import threading
 from pathlib import Path
 
@@ -34,9 +37,11 @@ from nodeagent.stages import PodContext
 from plugins.runtime.sandbox import SandboxConfigError
 
 IDS_PER_POD = 1 << 16
-"""DefaultKubeletUserNamespacesIDsPerPod."""
+"""DefaultKubeletUserNamespacesIDsPerPod; also the unit idsPerPod must be a multiple of."""
 FIRST_ID = IDS_PER_POD
 RANGE_LENGTH = (1 << 32) - IDS_PER_POD
+KUBELET_USER = "kubelet"
+"""The OS user whose subordinate IDs (``getsubids kubelet``) are the node's range, if it exists."""
 MAPPINGS_FILE = "userns"
 NODE_MODE = t.UserNamespace(mode=t.NamespaceMode.NODE)
 
@@ -60,13 +65,79 @@ def unsupported_message(handler: str, caps: t.RuntimeCapabilities) -> str | None
     return why
 
 
+class RangeError(ValueError):
+    """The node's user namespace range cannot be used (the kubelet would not start)."""
+
+
+def parse_getsubids(output: str) -> tuple[int, int]:
+    """``getsubids``'s one line, ``0: kubelet <first> <count>``: (first, count)."""
+    lines = output.strip("\n").split("\n")
+    if len(lines) != 1:
+        raise RangeError(f"error parsing line {output!r}: it must contain only one line")
+    parts = lines[0].split()
+    if len(parts) != 4:
+        raise RangeError(f"invalid line {output!r}")
+    try:
+        first, count = int(parts[2]), int(parts[3])
+    except ValueError as exc:
+        raise RangeError(f"error parsing line {output!r}: {exc}") from None
+    if not (0 <= first < 1 << 32 and 0 <= count < 1 << 32):
+        raise RangeError(f"error parsing line {output!r}: value out of range")
+    return first, count
+
+
+def kubelet_range(ids_per_pod: int, max_pods: int, *, user: str = KUBELET_USER,
+                  getsubids: str | None = "getsubids") -> tuple[int, int]:
+    """The node's host ID range, as the kubelet finds it (getKubeletMappings, then the user
+    namespace manager's checks): the ``kubelet`` OS user's subordinate IDs when the user exists
+    and ``getsubids`` is installed (the same single range for UIDs and GIDs), else every ID from
+    idsPerPod up. Blocking (a worker thread or startup)."""
+    first, length = _subordinate_ids(user, getsubids) or (ids_per_pod, (1 << 32) - ids_per_pod)
+    # The manager's checks, on either range (a default range that idsPerPod does not divide
+    # stops the kubelet too).
+    if length % ids_per_pod:
+        raise RangeError(f"kubelet user assigned IDs length {length} is not a multiple of {ids_per_pod}")
+    if first % ids_per_pod:
+        raise RangeError(f"kubelet user assigned ID {first} is not a multiple of {ids_per_pod}")
+    if first < ids_per_pod:
+        raise RangeError(f"kubelet user assigned ID {first} must be greater or equal to {ids_per_pod}")
+    if length // ids_per_pod < max_pods:
+        raise RangeError(f"kubelet user assigned IDs are not enough to support {max_pods} pods")
+    return first, length
+
+
+def _subordinate_ids(user: str, getsubids: str | None) -> tuple[int, int] | None:
+    """The user's one subordinate range (UIDs and GIDs alike), None without the user or the tool."""
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return None
+    tool = shutil.which(getsubids) if getsubids else None
+    if tool is None:
+        return None
+    outputs = []
+    for args, what in (([user], "uids"), (["-g", user], "gids")):
+        try:
+            run = subprocess.run([tool, *args], capture_output=True, text=True, timeout=30, check=True)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise RangeError(f"kubelet mappings: error retrieving additional {what} for user {user!r}: "
+                             f"{exc}") from None
+        outputs.append(run.stdout)
+    if outputs[0] != outputs[1]:
+        raise RangeError(f"kubelet mappings: mismatched subuids and subgids for user {user!r}")
+    return parse_getsubids(outputs[0])
+
+
 class UserNamespaces:
     """The node's ID slots (one allocator per agent: the runtime stage owns it)."""
 
     def __init__(self, root_dir: Path, first_id: int = FIRST_ID, length: int = RANGE_LENGTH,
-                 ids_per_pod: int = IDS_PER_POD) -> None:
+                 ids_per_pod: int = IDS_PER_POD, *, broken: str | None = None) -> None:
         if first_id % ids_per_pod or first_id < ids_per_pod or length % ids_per_pod:
             raise ValueError("the user namespace range must be aligned to, and start at or above, idsPerPod")
+        self._broken = broken
+        """Why the node's range cannot be used: pods with hostUsers: false are refused with it
+        (the kubelet would not start; every other pod runs here)."""
         self._root = root_dir
         self._per_pod = ids_per_pod
         self._offset = first_id // ids_per_pod
@@ -83,6 +154,8 @@ class UserNamespaces:
         user namespaces."""
         if ctx.pod.spec.host_users is not False:
             return NODE_MODE
+        if self._broken is not None:
+            raise SandboxConfigError(f"Failed to create pod sandbox: {self._broken}")
         caps = await ctx.runtime.capabilities()
         why = unsupported_message(handler, caps)
         if why is not None:

@@ -196,6 +196,10 @@ class StatusWriter:
         self._failing: set[str] = set()
         """Pods whose last write failed in some sink: written again after a back-off."""
         self._flushed_at = -math.inf
+        self._flushing = anyio.Lock()
+        """One flush at a time: a worker's flush before it forgets its pod waits for one under
+        way, whose sink writes may not have reached every sink yet (the API sink would then be
+        told to forget, and delete, a pod before its last status)."""
 
     # --- inputs -----------------------------------------------------------------------
 
@@ -287,6 +291,10 @@ class StatusWriter:
                 self._retry.next()
 
     async def flush(self) -> None:
+        async with self._flushing:
+            await self._flush()
+
+    async def _flush(self) -> None:
         for rec in list(self._pods.values()):
             if not rec.dirty and rec.ref.uid not in self._failing:
                 continue

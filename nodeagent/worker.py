@@ -310,11 +310,14 @@ class PodWorker:
                 UNHONOURED_CONDITION, True, "FieldsNotHonoured",
                 "nodeagent does not act on: " + ", ".join(unhonoured))
 
-        outcome = await self._setup_cancellable(self._admit)
+        # Admission runs to its answer even for a pod whose deletion is already requested (the
+        # kubelet's HandlePodAdditions admits before the pod worker sees the deletion): a pod the
+        # node refuses ends Failed with the refusal's reason, not Pending, whatever came first.
+        outcome = await self._admit()
+        if outcome.verdict is Verdict.REJECT:
+            return await self._rest_until_forgotten()
         if self.kill_requested:
             return await self._terminate()
-        if isinstance(outcome, Result) and outcome.verdict is Verdict.REJECT:
-            return await self._rest_until_forgotten()
 
         outcome = await self._setup_cancellable(self._setup)
         if self.kill_requested:

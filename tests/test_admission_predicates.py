@@ -6,9 +6,11 @@ labels the Node), and host ports against the pods already admitted."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from nodeagent.kube import nodeports
@@ -206,6 +208,39 @@ async def test_api_pods_must_tolerate_the_nodes_noexecute_taints(
         await wait_for(lambda: _not(taint_seen), 30, "the agent's Node watch without the taint")
         again = await node.run_pod(f"again-{node.name}", container("main"))
         await wait_for(lambda: node.running(again["metadata"]["uid"], "main"), 60, "a plain pod running again")
+
+
+async def test_a_pod_already_being_deleted_is_still_admitted_or_refused_as_the_kubelet_does(
+        containerd: Any, control_plane: Any, tmp_path: Path) -> None:
+    """The kubelet admits a pod it first sees with a deletionTimestamp (HandlePodAdditions runs
+    admission before the pod worker learns of the deletion): one that does not fit ends Failed
+    with the refusal's reason, never Pending. Here the pod is bound, deleted (a finalizer keeps
+    it) and only then does the node's agent start and list it."""
+    from tests.test_apivolumes import cluster_node, container
+
+    name = f"av{uuid.uuid4().hex[:8]}"
+    pod = f"late-{name}"
+    manifest = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": pod, "namespace": "default", "finalizers": [KEEP]},
+                "spec": {"nodeName": name, "terminationGracePeriodSeconds": 1,
+                         "containers": [container("main", resources={"requests": {"cpu": "1000"}})]}}
+    path = tmp_path / "late.json"
+    path.write_text(json.dumps(manifest))
+    await anyio.to_thread.run_sync(lambda: control_plane.kubectl("create", "-f", str(path)))
+    await anyio.to_thread.run_sync(lambda: control_plane.kubectl("delete", "pod", pod, "--wait=false"))
+    try:
+        async with cluster_node(containerd, control_plane, tmp_path, name=name) as node:
+            async def decided() -> dict[str, Any] | None:
+                obj = json.loads(await node.kubectl("get", "pod", pod, "-o", "json"))
+                return obj["status"] if obj["status"].get("phase") == "Failed" else None
+
+            status = await wait_for(decided, 60, "the deleted pod refused")
+            assert status["reason"] == "OutOfcpu", status
+            assert status["message"].startswith("Pod was rejected: "), status
+    finally:
+        await anyio.to_thread.run_sync(lambda: control_plane.kubectl(
+            "patch", "pod", pod, "--type=json", "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]',
+            check=False))
 
 
 async def _not(predicate: Any) -> bool:

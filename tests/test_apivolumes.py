@@ -112,9 +112,9 @@ class Node:
 
 
 @asynccontextmanager
-async def cluster_node(containerd: Any, control_plane: Any, tmp_path: Path, **plugin_config: Any
-                       ) -> AsyncIterator[Node]:
-    name = f"av{uuid.uuid4().hex[:8]}"
+async def cluster_node(containerd: Any, control_plane: Any, tmp_path: Path, *, name: str | None = None,
+                       **plugin_config: Any) -> AsyncIterator[Node]:
+    name = name or f"av{uuid.uuid4().hex[:8]}"
     kubeconfig = await anyio.to_thread.run_sync(control_plane.node_kubeconfig, name)
     plugins = {"apivolumes": plugin_config} if plugin_config else {}
     # enable_server off: the kubelet API (port 10250) has its own tests.

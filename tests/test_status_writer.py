@@ -114,6 +114,58 @@ async def test_a_rejected_pod_keeps_its_rejection_status_when_it_is_then_deleted
     assert {k: sink.writes[-1][k] for k in ("phase", "reason", "message")} == rejected
 
 
+class SlowSink(RecordingSink):
+    """A sink whose writes wait until let go (a file sink's write in a worker thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = anyio.Event()
+        self.go = anyio.Event()
+
+    async def write(self, ref: PodRef, status: Mapping[str, Any]) -> None:
+        self.entered.set()
+        await self.go.wait()
+        await super().write(ref, status)
+
+
+class OrderSink(RecordingSink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    async def write(self, ref: PodRef, status: Mapping[str, Any]) -> None:
+        self.calls.append(f"write {status['phase']}")
+
+    async def forget(self, ref: PodRef) -> None:
+        self.calls.append("forget")
+
+
+async def test_a_worker_s_last_flush_waits_for_one_under_way_before_its_pod_is_forgotten() -> None:
+    # The writer's own flush can be between two sinks' writes when a worker flushes and forgets
+    # its pod: every sink must get the last status before it is told to forget the pod (the API
+    # sink deletes a forgotten pod: a rejected pod deleted before its Failed status stayed
+    # Pending in the API).
+    slow, api = SlowSink(), OrderSink()
+    writer = StatusWriter([slow, api], host_ip="10.0.0.1")
+    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.reporter("u1").set_pod_reason("TaintToleration", "Predicate TaintToleration failed: ...")
+    writer.set_state("u1", PodState.REJECTED)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(writer.flush)  # the writer's loop
+        await slow.entered.wait()
+
+        async def worker_finishes() -> None:
+            await writer.flush()
+            await writer.forget("u1")
+
+        tg.start_soon(worker_finishes)
+        await anyio.sleep(0.05)
+        slow.go.set()
+    assert api.calls == ["write Failed", "forget"]
+
+
 class FailingSink(RecordingSink):
     """A sink whose writes fail while ``failing`` (a full disk, an unwritable name)."""
 

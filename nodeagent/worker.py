@@ -313,8 +313,8 @@ class PodWorker:
         # Admission runs to its answer even for a pod whose deletion is already requested (the
         # kubelet's HandlePodAdditions admits before the pod worker sees the deletion): a pod the
         # node refuses ends Failed with the refusal's reason, not Pending, whatever came first.
-        outcome = await self._admit()
-        if outcome.verdict is Verdict.REJECT:
+        admission = await self._admit()
+        if admission.verdict is Verdict.REJECT:
             return await self._rest_until_forgotten()
         if self.kill_requested:
             return await self._terminate()

@@ -63,6 +63,8 @@ SETUP_CONCURRENCY = 16
 RETRY_INITIAL_SECONDS = 1.0
 # A pod condition, so that `kubectl get pod -o yaml` users see what we ignored.
 UNHONOURED_CONDITION = "nodeagent.io/UnhonouredFields"
+ADMIT_WHEN_DELETED_SECONDS = 10.0
+"""How long a pod first seen already being deleted may take to get its admission answer."""
 UNSAFE_NAMES = "UnsafePodNames"
 """Rejection reason of a pod whose UID, name, namespace, container or volume names cannot be
 host path components (nodeagent/hostpaths.py); the API server never lets one through."""
@@ -310,11 +312,17 @@ class PodWorker:
                 UNHONOURED_CONDITION, True, "FieldsNotHonoured",
                 "nodeagent does not act on: " + ", ".join(unhonoured))
 
-        # Admission runs to its answer even for a pod whose deletion is already requested (the
-        # kubelet's HandlePodAdditions admits before the pod worker sees the deletion): a pod the
-        # node refuses ends Failed with the refusal's reason, not Pending, whatever came first.
-        admission = await self._admit()
-        if admission.verdict is Verdict.REJECT:
+        admission: Result | None = None
+        if self.kill_requested and self.pod.metadata.deletion_timestamp is not None:
+            # First seen already being deleted: admitted all the same (the kubelet's
+            # HandlePodAdditions admits before its pod worker learns of the deletion), so that a
+            # pod the node refuses ends Failed with the refusal's reason, not Pending. Bounded:
+            # nothing waits for this pod to start.
+            with anyio.move_on_after(ADMIT_WHEN_DELETED_SECONDS):
+                admission = await self._admit()
+        else:
+            admission = await self._setup_cancellable(self._admit)
+        if admission is not None and admission.verdict is Verdict.REJECT:
             return await self._rest_until_forgotten()
         if self.kill_requested:
             return await self._terminate()

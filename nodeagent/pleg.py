@@ -175,7 +175,7 @@ class Relister:
             self._burst_pods, self._burst_full = set(), False
             self._poke.set()
 
-    def _event_pod(self, event: t.ContainerEvent) -> str | None:
+    def _event_pod(self, event: t.ContainerEventSummary) -> str | None:
         """The UID of the pod an event is about; "" for a pod this agent does not run (a full
         relist would not list it either); None when it cannot tell (relist the node)."""
         status = event.pod_sandbox_status
@@ -200,7 +200,7 @@ class Relister:
         while True:
             was_evented = False
             try:
-                stream = self._runtime.container_events()
+                stream = self._runtime.container_events(summary=True)
                 self._stream_since, self._stream_events = time.monotonic(), 0
                 try:
                     async for event in stream:

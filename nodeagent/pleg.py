@@ -5,9 +5,9 @@ ContainerStatus only for containers whose state changed. Changes become facts on
 (ContainerStarted, ContainerExited) and wake the pod's observers.
 
 Evented (the 1.37 kubelet's evented PLEG, which no longer replaces relisting): where the
-runtime streams container events (containerd 2.x: GetContainerEvents), each event makes the
-relister look at once, so an exit reaches its pod's worker within milliseconds instead of up
-to a second; the periodic relist stays as the safety net. A stream that breaks is reconnected
+runtime streams container events (containerd 2.x: GetContainerEvents), an exit or a removal
+makes the relister look at once, so an exit reaches its pod's worker within milliseconds instead
+of up to a second; the periodic relist stays as the safety net. A stream that breaks is reconnected
 with back-off (0.5 s doubling to 30 s) while the periodic relist carries on; a runtime without
 the stream (containerd 1.6: Unimplemented) is relisted periodically only, said once.
 
@@ -43,6 +43,11 @@ EVENT_SETTLE_SECONDS = 0.02
 """How long a burst of container events is gathered before the relist it triggers."""
 STREAM_TRUSTED_AFTER_SECONDS = 1.0
 INSPECT_CONCURRENCY = 8
+RELIST_ON = frozenset({t.ContainerEventType.CONTAINER_STOPPED_EVENT, t.ContainerEventType.CONTAINER_DELETED_EVENT})
+"""The events that relist their pod. A creation or a start is a stage's own doing, and the stage
+relists its pod when it acts (``PodContext.request_relist``); relisting at the event as well
+listed every pod twice per step. An exit, or a removal (the garbage collector, an operator), is
+news to the agent. (The 1.37 kubelet relists on CONTAINER_STOPPED_EVENT only.)"""
 PER_POD_RELIST_MAX = 8
 """A burst of events naming more pods than this relists the node: two listings of everything
 cost less than two per pod for most of them."""
@@ -95,6 +100,8 @@ class Relister:
         self._settling = False
         self._settle_group: anyio.abc.TaskGroup | None = None
         self.events_seen = 0
+        self.pod_relists = 0
+        """Pods relisted on their own (each counts once per pod listed)."""
 
     # --- reading ----------------------------------------------------------------------
 
@@ -194,7 +201,7 @@ class Relister:
         return None
 
     async def _follow_events(self) -> None:
-        """Relist at every container event the runtime streams; reconnect when the stream
+        """Relist at the container events the runtime streams; reconnect when the stream
         breaks; give up (periodic relisting only) on a runtime without the stream."""
         backoff = Backoff(initial=0.5, maximum=30.0, jitter=0.2)
         while True:
@@ -209,6 +216,8 @@ class Relister:
                         backoff.reset()
                         self._stream_events += 1
                         self.events_seen += 1
+                        if event.container_event_type not in RELIST_ON:
+                            continue
                         uid = self._event_pod(event)
                         if uid == "":
                             continue
@@ -293,6 +302,7 @@ class Relister:
         if not listed:
             self.request_relist()
             return
+        self.pod_relists += len(uids)
         await self._update(sandboxes, containers, listed_at, uids)
 
     async def _update(self, sandboxes: list[t.PodSandbox], containers: list[t.Container], listed_at: float,

@@ -49,8 +49,8 @@ relists its pod when it acts (``PodContext.request_relist``); relisting at the e
 listed every pod twice per step. An exit, or a removal (the garbage collector, an operator), is
 news to the agent. (The 1.37 kubelet relists on CONTAINER_STOPPED_EVENT only.)"""
 PER_POD_RELIST_MAX = 8
-"""A burst of events naming more pods than this relists the node: two listings of everything
-cost less than two per pod for most of them."""
+"""More pods than this waiting to be relisted (a burst of exits, a mass start) relist the node:
+two listings of everything then cost less than two per pod."""
 
 _STATES = {
     ContainerState.CONTAINER_CREATED: "created",
@@ -154,7 +154,8 @@ class Relister:
             self._poke = anyio.Event()  # pokes from now on ask for the listing after this one
             # The node-wide relist keeps its own period: relisting single pods does not put it
             # off (while pods come and go, events would otherwise postpone it for good).
-            if not started or self._want_full or time.monotonic() - self._full_at >= self.period:
+            if (not started or self._want_full or len(self._want_pods) > PER_POD_RELIST_MAX
+                    or time.monotonic() - self._full_at >= self.period):
                 self._want_full = False
                 self._want_pods.clear()  # the node-wide listing shows them as well
                 await self.relist_once()
@@ -176,7 +177,7 @@ class Relister:
             await anyio.sleep(EVENT_SETTLE_SECONDS)
         finally:
             self._settling = False
-            if self._burst_full or len(self._burst_pods) > PER_POD_RELIST_MAX:
+            if self._burst_full:
                 self._want_full = True
             self._want_pods |= self._burst_pods
             self._burst_pods, self._burst_full = set(), False

@@ -15,6 +15,7 @@ from devenv.images import BUSYBOX_IMAGE
 from nodeagent import labels as L
 from nodeagent.events import ContainerExited, ContainerStarted, Event
 from nodeagent.pleg import Relister
+from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 from tests.agent_helpers import CountingRuntime
 from tests.test_cri_client import TIMEOUT, Pods, wait_exited
 
@@ -144,3 +145,30 @@ async def test_relisting_one_pod_shows_what_a_node_wide_relist_would(containerd:
             assert container_id not in scoped._containers
         finally:
             await pods.cleanup()
+
+
+def test_an_event_is_placed_by_its_sandbox_or_the_cache() -> None:
+    # Which pod an event relists: its sandbox's UID when the event carries the sandbox's status
+    # (nothing for another node's sandbox, which a node-wide relist would not list either); by
+    # the cache's records when it does not; the whole node (None) when neither can tell.
+    async def publish(event: Event) -> None:
+        pass
+
+    relister = Relister(None, "here", publish)  # type: ignore[arg-type]  # placing needs no runtime
+    relister._containers["c1"] = ContainerRecord(id="c1", name="main", pod_uid="u1", sandbox_id="s1",
+                                                 attempt=0, state="running", created_at=1)
+    relister._pods["u1"] = PodRuntime(uid="u1", sandboxes=(SandboxRecord(id="s1", attempt=0, ready=True,
+                                                                         created_at=1),))
+
+    def event(container_id: str, sandbox: t.PodSandboxIdentity | None = None) -> t.ContainerEventSummary:
+        return t.ContainerEventSummary(container_id=container_id, pod_sandbox_status=sandbox,
+                                       container_event_type=t.ContainerEventType.CONTAINER_STOPPED_EVENT)
+
+    def sandbox(uid: str, node: str) -> t.PodSandboxIdentity:
+        return t.PodSandboxIdentity(id="s9", metadata=t.PodSandboxMetadata(uid=uid), labels={L.MANAGED_BY: node})
+
+    assert relister._event_pod(event("c9", sandbox("u9", "here"))) == "u9"  # a pod not seen yet
+    assert relister._event_pod(event("c9", sandbox("u9", "elsewhere"))) == ""
+    assert relister._event_pod(event("c1")) == "u1"  # no status: a known container
+    assert relister._event_pod(event("s1")) == "u1"  # no status: a known sandbox
+    assert relister._event_pod(event("unknown")) is None

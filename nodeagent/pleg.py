@@ -16,7 +16,9 @@ changed its pod's runtime state, relists only the pod concerned, as the kubelet'
 reads one pod: ListPodSandbox and ListContainers filtered by the pod's UID label. The pod's
 record is built by the same code as in a node-wide relist, so what its workers see is what a
 full relist would have shown; the other pods are neither listed nor compared. An event that
-names no pod this agent can place (no sandbox status and an unknown id) relists the node.
+names no pod this agent can place (no sandbox status and an unknown id) relists the node, and
+so do more waiting pods than one per PODS_PER_POD_RELIST on the node (cheaper then). The
+node-wide relist keeps its period whatever pods were relisted meanwhile.
 """
 
 from __future__ import annotations
@@ -86,7 +88,8 @@ class Relister:
         self._changed: dict[str, anyio.Event] = {}
         self._poke = anyio.Event()
         self._want_full = False
-        """A node-wide relist was asked for (a stage, a broken stream, an event nobody owns)."""
+        """A node-wide relist was asked for (``request_relist()`` without a pod, a broken stream,
+        an event whose pod cannot be told)."""
         self._want_pods: set[str] = set()
         """Pods to relist on their own at the next wake-up (their UIDs)."""
         self._burst_pods: set[str] = set()

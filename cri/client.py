@@ -477,18 +477,28 @@ class RuntimeClient:
 
     # ------------------------------------------------------------ events
 
-    async def container_events(self) -> AsyncGenerator[t.ContainerEvent, None]:
+    @overload
+    def container_events(self, summary: Literal[False] = False) -> AsyncGenerator[t.ContainerEvent, None]: ...
+    @overload
+    def container_events(self, summary: Literal[True]) -> AsyncGenerator[t.ContainerEventSummary, None]: ...
+
+    async def container_events(self, summary: bool = False
+                               ) -> AsyncGenerator[t.ContainerEvent | t.ContainerEventSummary, None]:
         """Container lifecycle events as the runtime reports them, until the stream
         ends or the caller stops iterating (aclose() it, or use contextlib.aclosing,
         to end the RPC promptly). No deadline; no retry (the caller relists
         after a broken stream, as the kubelet's Evented PLEG does). containerd 1.6
-        raises Unimplemented on the first iteration."""
+        raises Unimplemented on the first iteration. With summary, each event is read
+        only as far as saying which container and whose sandbox (the statuses it
+        carries are skipped)."""
+        cls: type[t.ContainerEvent | t.ContainerEventSummary] = (
+            t.ContainerEventSummary if summary else t.ContainerEvent)
         stub = self._stub("GetContainerEvents", api.ContainerEventResponse, stream=True)
         call = stub(api.GetEventsRequest(), timeout=None, wait_for_ready=False)
         try:
             async with self._boundary("GetContainerEvents"):
                 async for message in call:
-                    yield from_proto(message, t.ContainerEvent)
+                    yield from_proto(message, cls)
         finally:
             call.cancel()
 

@@ -571,6 +571,27 @@ class ContainerEvent:
     containers_statuses: list[ContainerStatus] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodSandboxIdentity:
+    """The part of a PodSandboxStatus that says whose sandbox it is."""
+
+    id: str = ""
+    metadata: PodSandboxMetadata = field(default_factory=PodSandboxMetadata)
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerEventSummary:
+    """ContainerEventResponse without the statuses it carries: which container, what happened,
+    in whose sandbox. Reading every container's full status out of each event costs more than
+    a listing of the one pod it names (the relister reads that pod afresh anyway)."""
+
+    container_id: str = ""
+    container_event_type: ContainerEventType = ContainerEventType.CONTAINER_CREATED_EVENT
+    created_at: int = 0
+    pod_sandbox_status: PodSandboxIdentity | None = None
+
+
 # ----------------------------------------------------------------- images
 
 

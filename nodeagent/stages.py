@@ -255,7 +255,8 @@ class PodContext(Protocol):
         """Return when the relister saw a change for this pod (or ``timeout`` passed)."""
 
     def request_relist(self) -> None:
-        """Ask the relister to look at the runtime now (after this stage changed something)."""
+        """Ask the relister to look at this pod in the runtime now (after this stage changed
+        something); it relists the pod alone, not the node."""
 
     async def publish(self, event: Event) -> None:
         """Publish a fact about this pod; ``pod``, ``source`` and ``cause`` are filled in."""

@@ -170,7 +170,8 @@ class StageContext:
         await self._worker.services.relister.wait_changed(self._worker.ref.uid, timeout)
 
     def request_relist(self) -> None:
-        self._worker.services.relister.request_relist()
+        # This pod's runtime state changed: relisting it alone shows the stage what it did.
+        self._worker.services.relister.request_relist(self._worker.ref.uid)
 
     async def publish(self, event: ev.Event) -> None:
         await self._worker.services.publish(
@@ -534,7 +535,7 @@ class PodWorker:
         does not answer must not hold the teardown)."""
         stopped_at = time.time()
         relister, status = self.services.relister, self.services.status
-        relister.request_relist()
+        relister.request_relist(self.ref.uid)
         with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS):
             while relister.pod(self.ref.uid).seen_at <= stopped_at:
                 await relister.wait_changed(self.ref.uid, timeout=0.1)

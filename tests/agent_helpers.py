@@ -20,7 +20,7 @@ from nodeagent.agent import Agent
 from nodeagent.clock import Clock
 from nodeagent.config import AgentConfig
 
-__all__ = ["BUSYBOX_IMAGE", "AgentEnv", "running_agent", "wait_for", "pod_manifest", "runtime_objects"]
+__all__ = ["BUSYBOX_IMAGE", "AgentEnv", "CountingRuntime", "running_agent", "wait_for", "pod_manifest", "runtime_objects"]
 
 
 async def wait_for(predicate: Callable[[], Awaitable[Any]], timeout: float = 30.0, what: str = "condition") -> Any:
@@ -51,6 +51,33 @@ async def runtime_objects(client: RuntimeClient, node: str) -> tuple[list[t.PodS
     sandboxes = [s for s in await client.list_pod_sandbox() if s.labels.get(L.MANAGED_BY) == node]
     containers = [c for c in await client.list_containers() if c.labels.get(L.MANAGED_BY) == node]
     return sandboxes, containers
+
+
+class CountingRuntime:
+    """The real runtime client, with a note of every call made through it (name and arguments):
+    to show which CRI calls a component makes, not to stand in for the runtime."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+        if name == "container_events":  # an async generator, not a coroutine
+            def stream(*args: Any, **kwargs: Any) -> Any:
+                self.calls.append((name, args, kwargs))
+                return attr(*args, **kwargs)
+            return stream
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args, kwargs))
+            return await attr(*args, **kwargs)
+        return call
+
+    def named(self, *names: str) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+        return [c for c in self.calls if c[0] in names]
 
 
 @dataclass

@@ -363,6 +363,28 @@ async def test_container_events(client: RuntimeClient, pods: Pods) -> None:
     assert first.container_event_type == t.ContainerEventType.CONTAINER_CREATED_EVENT
 
 
+async def test_container_event_summaries_say_whose_sandbox(client: RuntimeClient, pods: Pods) -> None:
+    """The summary form (what the relister reads) keeps the event's container, type and the
+    identity of its sandbox: enough to relist that one pod."""
+    assert client.runtime_version is not None
+    if client.runtime_version.runtime_version.startswith("1.6"):
+        pytest.skip("containerd 1.6 has no GetContainerEvents")
+    sandbox_id, config = await pods.sandbox()
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as tg:
+            events = client.container_events(summary=True)
+            tg.start_soon(pods.container, sandbox_id, config, "true")
+            first = await events.__anext__()
+            while first.pod_sandbox_status is None or first.pod_sandbox_status.id != sandbox_id:
+                first = await events.__anext__()
+            await events.aclose()
+    assert isinstance(first, t.ContainerEventSummary) and first.container_id
+    assert first.container_event_type == t.ContainerEventType.CONTAINER_CREATED_EVENT
+    assert first.pod_sandbox_status is not None
+    assert first.pod_sandbox_status.metadata.uid == config.metadata.uid
+    assert first.pod_sandbox_status.labels["io.kubernetes.pod.uid"] == config.metadata.uid
+
+
 # ------------------------------------------------------------------ errors
 
 

@@ -23,6 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 # Dataclasses whose name differs from their message.
 RENAMED = {"VersionInfo": "VersionResponse", "ExecSyncResult": "ExecSyncResponse",
            "ContainerEvent": "ContainerEventResponse"}
+# Dataclasses that read part of a message on purpose (cheaper to convert on a hot path): every
+# field of theirs is in the message; the message's others are skipped.
+PARTIAL = {"ContainerEventSummary": "ContainerEventResponse", "PodSandboxIdentity": "PodSandboxStatus"}
 # Messages with no dataclass on purpose: requests/responses the client unpacks,
 # presence wrappers (unwrapped to `X | None`), KeyValue (envs is a dict),
 # Windows-only messages, and the pieces of update_runtime_config / status
@@ -38,7 +41,7 @@ def dataclasses_in_types() -> dict[str, type]:
 
 
 def message_of(name: str) -> Any:
-    return getattr(api, RENAMED.get(name, name))
+    return getattr(api, PARTIAL.get(name) or RENAMED.get(name, name))
 
 
 @pytest.mark.parametrize("name", sorted(dataclasses_in_types()))
@@ -52,7 +55,8 @@ def test_dataclass_matches_its_message(name: str) -> None:
     theirs = {f.name.replace("_", "").lower(): f.name for f in descriptor.fields}
     assert ours <= set(theirs), f"{name}: fields the schema lacks: {ours - set(theirs)}"
     missing = {theirs[n] for n in set(theirs) - ours}
-    assert missing <= {"windows"}, f"{name}: schema fields without a dataclass field: {missing}"
+    if name not in PARTIAL:
+        assert missing <= {"windows"}, f"{name}: schema fields without a dataclass field: {missing}"
     for f in dataclasses.fields(cls):
         assert f.name == f.name.lower(), f"{name}.{f.name} is not snake_case"
 

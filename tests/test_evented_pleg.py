@@ -11,7 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.agent_helpers import pod_manifest, running_agent, wait_for
+from nodeagent import labels as L
+from tests.agent_helpers import CountingRuntime, pod_manifest, running_agent, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.containerd]
 
@@ -37,3 +38,44 @@ async def test_an_exit_is_seen_without_waiting_for_the_next_relist(containerd: A
         assert record.id == running.id and record.exit_code == 7
         assert relister.evented and relister.events_seen > 0 and relister.period == 30.0
         assert seen - record.finished_at / 1e9 < 5.0, "seen within seconds of the exit, not at the next relist"
+
+
+async def test_an_exit_among_many_pods_relists_that_pod_alone(containerd: Any, tmp_path: Path) -> None:
+    # The event path's cost must not grow with the node: an exit relists the pod it happened in
+    # (ListPodSandbox / ListContainers filtered by its UID), never the whole node, and is still
+    # seen for what it is while the other pods keep running.
+    if containerd.runtime.name == "containerd1.6":
+        pytest.skip("containerd 1.6 has no GetContainerEvents: it is relisted periodically only")
+    async with running_agent(containerd, tmp_path) as env:
+        relister = env.agent.relister
+        relister._period = relister._evented_period = 600.0  # no node-wide relist in the test's way
+        others = [f"steady-{i}" for i in range(6)]
+        for name in others:
+            env.write(f"{name}.yaml", pod_manifest(name))
+        # Exits when told (a file in its own /tmp), so that the exit comes after the counting began.
+        env.write("brief.yaml", pod_manifest("brief", command="until [ -e /tmp/go ]; do sleep 0.2; done; exit 7",
+                                             restartPolicy="Never"))
+        for name in others:
+            await env.wait_seen_running(name, 60)
+        running = await env.wait_seen_running("brief", 60)
+        uid = env.uid_of("brief") or ""
+        before = {name: relister.pod(env.uid_of(name) or "") for name in others}
+        counted = CountingRuntime(relister._runtime)
+        relister._runtime = counted  # type: ignore[assignment]
+        await env.client.exec_sync(running.id, ["touch", "/tmp/go"], timeout=30)
+
+        async def exited() -> Any:
+            record = relister.pod(uid).latest("main")
+            return record if record is not None and record.exited else None
+
+        record = await wait_for(exited, 30, "the exit in the agent's view")
+        assert record.id == running.id and record.exit_code == 7
+        listings = [(name, args[0] if args else kwargs.get("filter"))
+                    for name, args, kwargs in counted.named("list_pod_sandbox", "list_containers")]
+        assert listings, "the exit was seen by a listing"
+        assert all(f is not None for _, f in listings), f"a node-wide listing on the event path: {listings}"
+        assert {f.label_selector.get(L.POD_UID) for _, f in listings} == {uid}, listings
+        for name in others:
+            now = relister.pod(env.uid_of(name) or "")
+            assert now is before[name], f"{name} was rebuilt for an exit in another pod"
+            assert now.running()

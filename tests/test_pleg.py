@@ -10,9 +10,13 @@ from typing import Any
 import pytest
 
 from cri import RuntimeClient
+from cri import types as t
+from devenv.images import BUSYBOX_IMAGE
 from nodeagent import labels as L
 from nodeagent.events import ContainerExited, ContainerStarted, Event
 from nodeagent.pleg import Relister
+from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
+from tests.agent_helpers import CountingRuntime
 from tests.test_cri_client import TIMEOUT, Pods, wait_exited
 
 pytestmark = pytest.mark.anyio
@@ -48,3 +52,123 @@ async def test_a_container_that_ran_between_two_listings_is_reported_started(
              if isinstance(e, ContainerStarted | ContainerExited)]
     assert kinds == [("ContainerStarted", quick), ("ContainerExited", quick)]
     assert never not in {cid for _, cid in kinds}  # created, never started: no such fact
+
+
+def _listing_filters(runtime: CountingRuntime) -> list[tuple[str, Any]]:
+    """(call, filter) for every ListPodSandbox / ListContainers made: None = the whole node."""
+    return [(name, args[0] if args else kwargs.get("filter"))
+            for name, args, kwargs in runtime.named("list_pod_sandbox", "list_containers")]
+
+
+def _facts(published: list[Event]) -> list[tuple[str, str, int]]:
+    return [(type(e).__name__, e.container_id, getattr(e, "exit_code", 0)) for e in published
+            if isinstance(e, ContainerStarted | ContainerExited)]
+
+
+async def test_relisting_one_pod_shows_what_a_node_wide_relist_would(containerd: Any, tmp_path: Path) -> None:
+    # The event path relists only the pod an event names. What that pod's workers then see (its
+    # record, the facts published, the change detection) must be what a node-wide relist shows,
+    # and the other pods are neither listed nor rebuilt.
+    node = f"pleg-{uuid.uuid4().hex[:6]}"
+    scoped_facts: list[Event] = []
+    full_facts: list[Event] = []
+
+    async def scoped_publish(event: Event) -> None:
+        scoped_facts.append(event)
+
+    async def full_publish(event: Event) -> None:
+        full_facts.append(event)
+
+    async with RuntimeClient(containerd.endpoint, timeout=TIMEOUT) as client:
+        pods = Pods(client, tmp_path)
+        try:
+            made: list[tuple[str, str, str]] = []  # (uid, sandbox id, container id)
+            for _ in range(4):
+                config = pods.sandbox_config()
+                uid = config.metadata.uid
+                config = dataclasses.replace(config, labels={**config.labels, L.MANAGED_BY: node})
+                sandbox_id = await client.run_pod_sandbox(config)
+                pods.sandboxes.append(sandbox_id)
+                container = t.ContainerConfig(
+                    metadata=t.ContainerMetadata(name="main", attempt=0),
+                    image=t.ImageSpec(image=BUSYBOX_IMAGE), command=["sleep", "3600"],
+                    labels={L.POD_UID: uid, L.POD_NAME: config.metadata.name, L.POD_NAMESPACE: "cri-test",
+                            L.CONTAINER_NAME: "main", L.MANAGED_BY: node},
+                    log_path="main/0.log")
+                container_id = await client.create_container(sandbox_id, container, config)
+                await client.start_container(container_id)
+                made.append((uid, sandbox_id, container_id))
+
+            counted = CountingRuntime(client)
+            scoped = Relister(counted, node, scoped_publish)  # type: ignore[arg-type]
+            full = Relister(client, node, full_publish)
+            await scoped.relist_once()
+            await full.relist_once()
+            assert sorted(_facts(scoped_facts)) == sorted(_facts(full_facts)) and len(_facts(full_facts)) == 4
+            (uid, sandbox_id, container_id), others = made[0], made[1:]
+            untouched = {o[0]: scoped.pod(o[0]) for o in others}
+
+            # A container exits: one pod relisted against the node.
+            await client.stop_container(container_id, 0)
+            await wait_exited(client, container_id)
+            counted.calls.clear()
+            since = len(scoped_facts), len(full_facts)
+            await scoped.relist_pods({uid})
+            await full.relist_once()
+            assert _facts(scoped_facts[since[0]:]) == _facts(full_facts[since[1]:])
+            assert [k for k, _, _ in _facts(scoped_facts[since[0]:])] == ["ContainerExited"]
+            mine, theirs = scoped.pod(uid), full.pod(uid)
+            assert mine.latest("main") is not None and mine.latest("main").exited  # type: ignore[union-attr]
+            assert dataclasses.replace(mine, seen_at=0, changed_at=0) == dataclasses.replace(
+                theirs, seen_at=0, changed_at=0)
+            assert mine.changed_at == mine.seen_at, "the pod's change is detected as a node-wide relist would"
+            for other, before in untouched.items():
+                assert scoped.pod(other) is before, "pods the event did not name are not rebuilt"
+            filters = _listing_filters(counted)
+            assert filters and all(f is not None and f.label_selector.get(L.POD_UID) == uid for _, f in filters), \
+                filters
+            assert {name for name, _, _ in counted.calls} <= {"list_pod_sandbox", "list_containers",
+                                                              "container_status"}
+
+            # Nothing changed: relisting the pod again detects no change (no observer woken).
+            changed_at = mine.changed_at
+            await scoped.relist_pods({uid})
+            assert scoped.pod(uid).changed_at == changed_at and scoped.pod(uid).seen_at > changed_at
+
+            # The sandbox goes: the pod leaves the cache, as from a node-wide relist.
+            await client.stop_pod_sandbox(sandbox_id)
+            await client.remove_pod_sandbox(sandbox_id)
+            await scoped.relist_pods({uid})
+            await full.relist_once()
+            assert uid not in scoped.pods() and uid not in full.pods()
+            assert set(scoped.pods()) == set(full.pods()) == {o[0] for o in others}
+            assert container_id not in scoped._containers
+        finally:
+            await pods.cleanup()
+
+
+def test_an_event_is_placed_by_its_sandbox_or_the_cache() -> None:
+    # Which pod an event relists: its sandbox's UID when the event carries the sandbox's status
+    # (nothing for another node's sandbox, which a node-wide relist would not list either); by
+    # the cache's records when it does not; the whole node (None) when neither can tell.
+    async def publish(event: Event) -> None:
+        pass
+
+    relister = Relister(None, "here", publish)  # type: ignore[arg-type]  # placing needs no runtime
+    relister._containers["c1"] = ContainerRecord(id="c1", name="main", pod_uid="u1", sandbox_id="s1",
+                                                 attempt=0, state="running", created_at=1)
+    relister._pods["u1"] = PodRuntime(uid="u1", sandboxes=(SandboxRecord(id="s1", attempt=0, ready=True,
+                                                                         created_at=1),))
+
+    def event(container_id: str, sandbox: t.PodSandboxIdentity | None = None) -> t.ContainerEventSummary:
+        return t.ContainerEventSummary(container_id=container_id, pod_sandbox_status=sandbox,
+                                       container_event_type=t.ContainerEventType.CONTAINER_STOPPED_EVENT)
+
+    def sandbox(uid: str, node: str) -> t.PodSandboxIdentity:
+        return t.PodSandboxIdentity(id="s9", metadata=t.PodSandboxMetadata(uid=uid), labels={L.MANAGED_BY: node})
+
+    assert relister._event_pod(event("c9", sandbox("u9", "here"))) == "u9"  # a pod not seen yet
+    assert relister._event_pod(event("c9", sandbox("u9", "elsewhere"))) == ""
+    assert relister._event_pod(event("c1")) == "u1"  # no status: a known container
+    assert relister._event_pod(event("s1")) == "u1"  # no status: a known sandbox
+    assert relister._event_pod(event("unknown")) is None

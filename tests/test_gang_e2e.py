@@ -97,8 +97,10 @@ async def cluster8(control_plane: ControlPlane, runtimes8: list[Containerd],
     t0 = time.monotonic()
     async with gang_cluster(control_plane, runtimes8, WIDE_GPUS, workdir, {"timeoutSeconds": WIDE_TIMEOUT},
                             barrier=BARRIER) as c:
-        print(f"8 agents and drivers Ready in {time.monotonic() - t0:.1f}s")
+        print(f"8 agents and drivers Ready in {time.monotonic() - t0:.1f}s; "
+              f"agents' CPU {sum(n.cpu_seconds() for n in c.nodes):.1f}s")
         yield c
+        print(f"agents' CPU at the end {sum(n.cpu_seconds() for n in c.nodes):.1f}s")
         t0 = time.monotonic()
     print(f"8-node cluster closed in {time.monotonic() - t0:.1f}s")
     if request.session.testsfailed == 0:
@@ -125,6 +127,7 @@ async def _gang_events(c: GangCluster, wanted: dict[str, list[str]], *, exact: b
     Event found must be one Event (count 1) from the kubelet on the member's node, of the type its
     reason has, saying the gang and the generation. Returns pod -> reason -> Events."""
     last: dict[str, list[dict[str, Any]]] = {}
+    every: dict[str, list[str]] = {}
 
     def reasons(pod: str) -> list[str]:
         return sorted(e["reason"] for e in last[pod])
@@ -133,10 +136,10 @@ async def _gang_events(c: GangCluster, wanted: dict[str, list[str]], *, exact: b
         got = await c.pod_events(list(wanted))
         last.clear()
         last.update({p: [e for e in events if e["reason"] in GANG_REASONS] for p, events in got.items()})
+        every.update({p: [e["reason"] for e in events] for p, events in got.items()})
         return all(not Counter(want) - Counter(reasons(p)) for p, want in wanted.items())
 
-    await until(arrived, timeout, lambda: f"the members' gang Events {wanted}; the API has "
-                                          f"{ {p: reasons(p) for p in last} }")
+    await until(arrived, timeout, lambda: f"the members' gang Events {wanted}; the API has {every}")
     found: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for pod, want in wanted.items():
         if exact:

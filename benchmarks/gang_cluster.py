@@ -44,6 +44,7 @@ from typing import Any
 import anyio
 import structlog
 from lightkube import operators
+from lightkube.resources.core_v1 import Event as ApiEvent
 from lightkube.resources.core_v1 import Pod as ApiPod
 
 from controlplane import ControlPlane
@@ -178,6 +179,8 @@ class Node:
         try:
             self.proc.wait(timeout=max(timeout, 0.1))
         except subprocess.TimeoutExpired:
+            tail = self.log_path.read_text(errors="replace").splitlines()[-5:]
+            log.warning("agent did not stop in time; killed", node=self.name, log_tail=tail)
             self.proc.kill()
             self.proc.wait()
 
@@ -627,14 +630,14 @@ class GangCluster:
     async def pod_events(self, pods: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         """The core/v1 Events about these pods (what ``kubectl describe pod`` lists), by pod,
         oldest first."""
-        found = await self.get_json("events", "-n", "default")
         out: dict[str, list[dict[str, Any]]] = {p: [] for p in pods}
-        for event in (found or {}).get("items", []):
+        async for obj in self.api.list(ApiEvent, namespace="default", fields={"involvedObject.kind": "Pod"}):
+            event = obj.to_dict()
             about = event.get("involvedObject") or {}
-            if about.get("kind") == "Pod" and about.get("name") in out:
+            if about.get("name") in out:
                 out[about["name"]].append(event)
         for events in out.values():
-            events.sort(key=lambda e: e.get("firstTimestamp") or "")
+            events.sort(key=lambda e: str(e.get("firstTimestamp") or ""))
         return out
 
     # -- API helpers ----------------------------------------------------------------------------------

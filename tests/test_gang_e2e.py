@@ -139,7 +139,7 @@ async def _gang_events(c: GangCluster, wanted: dict[str, list[str]], *, exact: b
         every.update({p: [e["reason"] for e in events] for p, events in got.items()})
         return all(not Counter(want) - Counter(reasons(p)) for p, want in wanted.items())
 
-    await until(arrived, timeout, lambda: f"the members' gang Events {wanted}; the API has {every}")
+    await until(arrived, timeout, lambda: f"the members' gang Events {wanted}; the API has {every}", interval=0.5)
     found: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for pod, want in wanted.items():
         if exact:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -154,11 +155,12 @@ class Node:
     def start_agent(self) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT dumps every thread's stack into the log (stop_agent)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "run", "--config", str(self.config_path),
                                           "--log-format", "json", *(["-v"] if os.environ.get("GANG_E2E_VERBOSE") else [])],
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         cwd=REPO, env=env)
+                                         cwd=REPO, env=env, preexec_fn=_no_core_dumps)
 
     def kill_agent(self) -> None:
         """SIGKILL: what a crash does; nothing is torn down."""
@@ -179,10 +181,16 @@ class Node:
         try:
             self.proc.wait(timeout=max(timeout, 0.1))
         except subprocess.TimeoutExpired:
-            tail = self.log_path.read_text(errors="replace").splitlines()[-5:]
-            log.warning("agent did not stop in time; killed", node=self.name, log_tail=tail)
-            self.proc.kill()
-            self.proc.wait()
+            # Where it hangs: faulthandler writes every thread's stack on SIGABRT.
+            self.proc.send_signal(signal.SIGABRT)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            tail = self.log_path.read_text(errors="replace").splitlines()[-60:]
+            log.warning("agent did not stop in time; killed", node=self.name, log=str(self.log_path),
+                        log_tail="\n".join(tail))
 
     def cpu_seconds(self) -> float:
         """utime + stime of the agent process so far (/proc/PID/stat, clock ticks)."""
@@ -726,6 +734,11 @@ async def until(check: Callable[[], Any], timeout: float, what: str | Callable[[
 
 async def _true(value: bool) -> bool:
     return value
+
+
+def _no_core_dumps() -> None:
+    """(in the agent's child process) A SIGABRT that dumps the stacks must leave no core file."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 def _free_port() -> int:

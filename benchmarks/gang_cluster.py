@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -44,6 +45,7 @@ from typing import Any
 import anyio
 import structlog
 from lightkube import operators
+from lightkube.resources.core_v1 import Event as ApiEvent
 from lightkube.resources.core_v1 import Pod as ApiPod
 
 from controlplane import ControlPlane
@@ -153,11 +155,12 @@ class Node:
     def start_agent(self) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT dumps every thread's stack into the log (stop_agent)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "run", "--config", str(self.config_path),
                                           "--log-format", "json", *(["-v"] if os.environ.get("GANG_E2E_VERBOSE") else [])],
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         cwd=REPO, env=env)
+                                         cwd=REPO, env=env, preexec_fn=_no_core_dumps)
 
     def kill_agent(self) -> None:
         """SIGKILL: what a crash does; nothing is torn down."""
@@ -166,15 +169,28 @@ class Node:
             self.proc.wait()
         self.proc = None
 
-    def stop_agent(self) -> None:
+    def interrupt_agent(self) -> None:
+        """SIGINT: the agent's orderly shutdown begins (:meth:`stop_agent` waits for it)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+
+    def stop_agent(self, timeout: float = 30) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        self.proc.send_signal(signal.SIGINT)
+        self.interrupt_agent()
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=max(timeout, 0.1))
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            # Where it hangs: faulthandler writes every thread's stack on SIGABRT.
+            self.proc.send_signal(signal.SIGABRT)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            tail = self.log_path.read_text(errors="replace").splitlines()[-60:]
+            log.warning("agent did not stop in time; killed", node=self.name, log=str(self.log_path),
+                        log_tail="\n".join(tail))
 
     def cpu_seconds(self) -> float:
         """utime + stime of the agent process so far (/proc/PID/stat, clock ticks)."""
@@ -358,8 +374,7 @@ class GangCluster:
             node.start_agent()
             await self.start_driver(node)
         tg.start_soon(self._observe)
-        for node in self.nodes:
-            await self.wait_ready(node)
+        await self.wait_ready(*self.nodes)
 
     async def start_driver(self, node: Node) -> None:
         assert self._tg is not None
@@ -380,20 +395,33 @@ class GangCluster:
 
         await self._tg.start(run)
 
-    async def wait_ready(self, node: Node, timeout: float = 120) -> None:
-        """The Node Ready and untainted, and its ResourceSlice with G devices in the API."""
-        async def ready() -> bool:
-            if node.proc is not None and node.proc.poll() is not None:
-                raise RuntimeError(f"{node.name}'s agent exited {node.proc.returncode}; see {node.log_path}")
-            obj = await self.get_json("node", node.name)
-            conditions = {c["type"]: c["status"] for c in ((obj or {}).get("status") or {}).get("conditions") or []}
-            taints = ((obj or {}).get("spec") or {}).get("taints") or []
-            if conditions.get("Ready") != "True" or any(t["key"].startswith("node.kubernetes.io/") for t in taints):
-                return False
-            s = await self.get_json("resourceslice", f"{node.name}-{DRIVER_NAME}")
-            return bool(s and len(s["spec"]["devices"]) == self.gpus)
+    async def wait_ready(self, *nodes: Node, timeout: float = 120) -> None:
+        """The Nodes Ready and untainted, and each one's ResourceSlice with G devices in the API.
+        One listing of each kind per look, every 0.5 s: eight nodes polled one by one with kubectl
+        at 10 Hz took a core from the agents that were starting."""
+        waiting = {node.name: node for node in nodes}
 
-        await until(ready, timeout, f"node {node.name} Ready with its {self.gpus} devices published")
+        async def ready() -> bool:
+            for node in waiting.values():
+                if node.proc is not None and node.proc.poll() is not None:
+                    raise RuntimeError(f"{node.name}'s agent exited {node.proc.returncode}; see {node.log_path}")
+            listed = await self.get_json("nodes")
+            slices = await self.get_json("resourceslices")
+            devices = {s["spec"].get("nodeName"): len(s["spec"].get("devices") or [])
+                       for s in (slices or {}).get("items", []) if s["metadata"]["name"].endswith(f"-{DRIVER_NAME}")}
+            for obj in (listed or {}).get("items", []):
+                name = obj["metadata"]["name"]
+                if name not in waiting:
+                    continue
+                conditions = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+                taints = (obj.get("spec") or {}).get("taints") or []
+                if conditions.get("Ready") == "True" and devices.get(name) == self.gpus \
+                        and not any(t["key"].startswith("node.kubernetes.io/") for t in taints):
+                    del waiting[name]
+            return not waiting
+
+        await until(ready, timeout, lambda: f"nodes {sorted(waiting)} Ready with their {self.gpus} devices published",
+                    interval=0.5)
 
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -409,16 +437,20 @@ class GangCluster:
                     await until(lambda: _true(self.quiet()), 60, "every node's runtime empty")
             finally:
                 self._observers.cancel()
+                # Every agent shuts down at once (one after another costs seconds per node).
                 for node in self.nodes:
-                    node.stop_agent()
+                    node.interrupt_agent()
+                deadline = time.monotonic() + 30
+                for node in self.nodes:
+                    await anyio.to_thread.run_sync(lambda n=node: n.stop_agent(deadline - time.monotonic()))
                 for scope in self._driver_scopes.values():
                     scope.cancel()
                 for node in self.nodes:
                     if node.client is not None:
                         await node.client.close()
-                    await self.kubectl("delete", "node", node.name, "--wait=false", check=False)
-                    await self.kubectl("-n", "kube-node-lease", "delete", "lease", node.name, "--wait=false",
-                                       check=False)
+                names = [node.name for node in self.nodes]
+                await self.kubectl("delete", "node", *names, "--wait=false", check=False)
+                await self.kubectl("-n", "kube-node-lease", "delete", "lease", *names, "--wait=false", check=False)
                 if self.api is not None:
                     await self.api.close()
 
@@ -603,6 +635,19 @@ class GangCluster:
         if op == "DELETED":
             m.deleted = m.deleted or now
 
+    async def pod_events(self, pods: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """The core/v1 Events about these pods (what ``kubectl describe pod`` lists), by pod,
+        oldest first."""
+        out: dict[str, list[dict[str, Any]]] = {p: [] for p in pods}
+        async for obj in self.api.list(ApiEvent, namespace="default", fields={"involvedObject.kind": "Pod"}):
+            event = obj.to_dict()
+            about = event.get("involvedObject") or {}
+            if about.get("name") in out:
+                out[about["name"]].append(event)
+        for events in out.values():
+            events.sort(key=lambda e: str(e.get("firstTimestamp") or ""))
+        return out
+
     # -- API helpers ----------------------------------------------------------------------------------
 
     async def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -689,6 +734,11 @@ async def until(check: Callable[[], Any], timeout: float, what: str | Callable[[
 
 async def _true(value: bool) -> bool:
     return value
+
+
+def _no_core_dumps() -> None:
+    """(in the agent's child process) A SIGABRT that dumps the stacks must leave no core file."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 def _free_port() -> int:

@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,11 @@ pytestmark = pytest.mark.anyio
 NODES = 2
 GPUS = 2
 TIMEOUT = 8
+WIDE_NODES = 8
+WIDE_GPUS = 1
+"""The 8-node test: one fake GPU per node (CI's two cores run 8 agents and 8 containerds)."""
+WIDE_TIMEOUT = 60
+"""Its gang's bound hold: generous, the happy path must not time out on a loaded machine."""
 """The gang's bound hold (the gang stage's timeoutSeconds; graceSeconds is 5)."""
 BARRIER = os.environ.get("NODEAGENT_GANG_E2E_BARRIER", "1") != "0"
 """NODEAGENT_GANG_E2E_BARRIER=0 runs the agents without the gang stage: each test must fail then."""
@@ -71,12 +77,116 @@ async def cluster(control_plane: ControlPlane, runtimes: list[Containerd],
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+@pytest.fixture
+def runtimes8(request: pytest.FixtureRequest) -> Iterator[list[Containerd]]:
+    """Eight machines' containerds for the one 8-node test (defined first in the module, so
+    they are stopped before the 2-node ones start: never ten daemons on CI's two cores)."""
+    t0 = time.monotonic()
+    envs = start_runtimes(WIDE_NODES)
+    print(f"8 containerds started in {time.monotonic() - t0:.1f}s")
+    try:
+        yield envs
+    finally:
+        stop_runtimes(envs, keep=request.session.testsfailed > 0)
+
+
+@pytest.fixture
+async def cluster8(control_plane: ControlPlane, runtimes8: list[Containerd],
+                   request: pytest.FixtureRequest) -> AsyncIterator[GangCluster]:
+    workdir = Path(tempfile.mkdtemp(prefix="ge2e8-", dir="/tmp"))
+    t0 = time.monotonic()
+    async with gang_cluster(control_plane, runtimes8, WIDE_GPUS, workdir, {"timeoutSeconds": WIDE_TIMEOUT},
+                            barrier=BARRIER) as c:
+        print(f"8 agents and drivers Ready in {time.monotonic() - t0:.1f}s; "
+              f"agents' CPU {sum(n.cpu_seconds() for n in c.nodes):.1f}s")
+        yield c
+        print(f"agents' CPU at the end {sum(n.cpu_seconds() for n in c.nodes):.1f}s")
+        t0 = time.monotonic()
+    print(f"8-node cluster closed in {time.monotonic() - t0:.1f}s")
+    if request.session.testsfailed == 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 async def _released(c: GangCluster, pods: list[str]) -> None:
     await until(lambda: _true(c.quiet(pods)), 60, lambda: f"nothing of the gang held on any node: {c.held()}")
 
 
 async def _true(value: bool) -> bool:
     return value
+
+
+GANG_REASONS = frozenset({"WaitingForGang", "GangCommitted", "GangQuorumReached", "GangAborted",
+                          "GangAdmissionTimeout", "GangLocalAdmissionFailed", "GangPartialStart"})
+NORMAL_REASONS = frozenset({"WaitingForGang", "GangCommitted", "GangQuorumReached"})
+
+
+async def _gang_events(c: GangCluster, wanted: dict[str, list[str]], *, exact: bool = True,
+                       timeout: float = 30) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Wait until each member carries the gang Events ``wanted`` (pod -> reasons, one entry per
+    Event), as the API server has them: exactly those (``exact``), or at least those. Every gang
+    Event found must be one Event (count 1) from the kubelet on the member's node, of the type its
+    reason has, saying the gang and the generation. Returns pod -> reason -> Events."""
+    last: dict[str, list[dict[str, Any]]] = {}
+    every: dict[str, list[str]] = {}
+
+    def reasons(pod: str) -> list[str]:
+        return sorted(e["reason"] for e in last[pod])
+
+    async def arrived() -> bool:
+        got = await c.pod_events(list(wanted))
+        last.clear()
+        last.update({p: [e for e in events if e["reason"] in GANG_REASONS] for p, events in got.items()})
+        every.update({p: [e["reason"] for e in events] for p, events in got.items()})
+        return all(not Counter(want) - Counter(reasons(p)) for p, want in wanted.items())
+
+    await until(arrived, timeout, lambda: f"the members' gang Events {wanted}; the API has {every}", interval=0.5)
+    found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for pod, want in wanted.items():
+        if exact:
+            assert reasons(pod) == sorted(want), (pod, reasons(pod))  # one Event per fact, nothing else
+        gang = pod.rsplit("-", 1)[0]
+        for event in last[pod]:
+            assert event["type"] == ("Normal" if event["reason"] in NORMAL_REASONS else "Warning"), event
+            assert event["count"] == 1, event
+            assert event["source"] == {"component": "kubelet", "host": c.pods[pod].node}, event
+            assert f"gang default/{gang}" in event["message"].lower() and "(generation " in event["message"], event
+            found.setdefault(pod, {}).setdefault(event["reason"], []).append(event)
+    return found
+
+
+async def test_eight_nodes_the_scheduler_places_a_gang_of_eight_and_all_start_together(
+        cluster8: GangCluster) -> None:
+    """The issue's shape at CI size: 8 nodes (one GPU each), a gang of 8 with minCount 8. The
+    scheduler holds 7 members unbound, then places all 8, one per node (each claims its node's
+    only GPU); every node's runtime shows each member's container started once, none before the
+    last member's sandbox existed; one coordinator's record; everything released afterwards."""
+    c = cluster8
+    t0 = time.monotonic()
+    gang = await c.create_gang(WIDE_NODES, create=WIDE_NODES - 1)
+    await anyio.sleep(3)
+    assert not any(c.pods[m].bound for m in gang.members), "the scheduler bound part of the gang"
+    await c.add_members(gang, range(WIDE_NODES - 1, WIDE_NODES))
+    members = list(gang.members)
+    await until(lambda: _true(all(c.pods[m].running for m in members)), 240, "all 8 members Running")
+    print(f"gang of 8 created → all Running in {time.monotonic() - t0:.1f}s")
+    await anyio.sleep(0.3)
+    assert sorted(c.pods[m].node for m in members) == sorted(n.name for n in c.nodes)
+    assert len(c.check_all_or_nothing(members)) == WIDE_NODES
+    records = [m for m in members if c.pods[m].record]
+    assert records == [members[0]], records
+    assert c.pods[members[0]].record["reason"] == "GangQuorumReached"
+    for node in c.nodes:
+        assert sum(len(d) for d in node.prepared.values()) == WIDE_GPUS, node.prepared
+    assert not c.violations, c.violations
+    events = await _gang_events(c, {m: ["WaitingForGang", "GangCommitted", *(["GangQuorumReached"] if m == members[0]
+                                                                              else [])] for m in members})
+    assert "8 of 8 votes" in events[members[0]]["GangQuorumReached"][0]["message"]
+    assert all("8 of 8 members were prepared" in events[m]["GangCommitted"][0]["message"] for m in members), events
+    t0 = time.monotonic()
+    await c.delete_gang(gang)
+    await _released(c, members)
+    print(f"gang of 8 deleted → released on every node in {time.monotonic() - t0:.1f}s")
+    assert not c.violations, c.violations
 
 
 async def test_the_scheduler_places_the_gang_and_every_node_starts_its_members_together(
@@ -108,6 +218,12 @@ async def test_the_scheduler_places_the_gang_and_every_node_starts_its_members_t
     for node in c.nodes:
         assert sum(len(d) for d in node.prepared.values()) == GPUS, node.prepared
     assert not c.violations, c.violations
+    # What `kubectl describe pod` shows: each member's wait and commit, the coordinator's record.
+    events = await _gang_events(c, {members[0]: ["WaitingForGang", "GangQuorumReached", "GangCommitted"],
+                                    members[1]: ["WaitingForGang", "GangCommitted"]})
+    assert "1 of 2 members prepared on this node" in events[members[1]]["WaitingForGang"][0]["message"]
+    assert "2 of 2 votes" in events[members[0]]["GangQuorumReached"][0]["message"]
+    assert "2 of 2 members were prepared" in events[members[1]]["GangCommitted"][0]["message"]
 
     await c.delete_gang(gang)
     await _released(c, members)
@@ -162,6 +278,14 @@ async def test_a_driver_that_fails_to_prepare_on_one_node_starts_no_member_anywh
     await until(_failed(c, stuck), 60, "the stuck member failed at the barrier")
     assert c.pods[stuck[0]].reason in ("GangAborted", "GangAdmissionTimeout"), c.pods[stuck[0]].message
     assert not c.started(members), "a member of the ended gang ran"
+    # Each member's Events say it (kubectl describe pod): the healthy ones waited, then were
+    # released with their pod's reason; the stuck one was released when it came; no commit.
+    events = await _gang_events(c, {m: [*(["WaitingForGang"] if m in healthy else []), c.pods[m].reason]
+                                    for m in members}, exact=False)
+    for m in members:
+        released = [e for es in events[m].values() for e in es if e["message"].startswith("Released without starting")]
+        assert [e["reason"] for e in released] == [c.pods[m].reason], events[m]
+        assert "GangCommitted" not in events[m], events[m]
     await c.kubectl("delete", "pods", "-l", f"gang-e2e={gang.name}", "--wait=false")
     await _released(c, members)
 
@@ -280,6 +404,12 @@ async def test_an_image_that_cannot_be_pulled_on_one_node_starts_no_member(clust
     await until(lambda: _true(c.quiet(members[:1])), 30, lambda: f"the good node released: {c.held()}")
     waiting = c.pods[members[1]].pod["status"]["containerStatuses"][0]["state"].get("waiting", {})
     assert waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff"), waiting
+    # The good member's Events: it waited, its agent (the coordinator's) recorded the timeout, it
+    # was released; the member that never prepared has no gang Event (its own say ErrImagePull).
+    events = await _gang_events(c, {members[0]: ["WaitingForGang", "GangAdmissionTimeout", "GangAdmissionTimeout"],
+                                    members[1]: []})
+    assert sorted(e["message"].split(" ")[0] for e in events[members[0]]["GangAdmissionTimeout"]) == \
+        ["Recorded", "Released"], events
     assert not c.started(members)
     await c.delete_gang(gang)
     await _released(c, members)

@@ -190,7 +190,8 @@ class FakeContext:
         return PodRef(uid=self.pod.uid, namespace=self.pod.metadata.namespace, name=self.pod.metadata.name)
 
     async def publish(self, event: Event) -> None:
-        self.events.append(event)
+        # As the worker's context does: the fact is about this pod, from this stage.
+        self.events.append(event.model_copy(update={"pod": self.ref, "source": "gang"}))
 
     def wake(self) -> None:
         self.woken += 1
@@ -713,3 +714,180 @@ def test_assessment_coordinator_votes_and_generations() -> None:
     running = {"containerStatuses": [{"state": {"running": {}}}]}
     assert assess([info("a", **running), info("b", **running)], 2, now).commit == "2 members started"
     assert assess([info("a", **running)], 2, now).commit is None
+
+
+# --- the gang facts as Kubernetes Events ---------------------------------------------------------
+
+
+def _kube_events(pods: list[Pod], facts: list[Event]) -> list[tuple[str, str, str, str]]:
+    """What the agent's Event recorder (nodeagent/cluster/kubeevents.py) queues for these facts,
+    in the order they were published: (pod, type, reason, message)."""
+    from nodeagent.cluster.kubeevents import KubeEvents
+    from nodeagent.events import PodSpecObserved
+
+    recorder = KubeEvents(api=None, node_name="n1")
+    for p in pods:
+        ref = PodRef(uid=p.uid, namespace=p.metadata.namespace, name=p.metadata.name)
+        recorder.translate(PodSpecObserved(pod=ref, origin="api", pod_spec=p.model_dump(by_alias=True,
+                                                                                        exclude_none=True)))
+    for fact in sorted(facts, key=lambda e: e.id):
+        recorder.translate(fact)
+    return [(e.involved.name, e.type, e.reason, e.message) for e in recorder._queue]
+
+
+def _facts(c: Cluster) -> list[Event]:
+    return [*(e for m in c.members.values() for e in m.ctx.events), *(e for h in c.handles.values() for e in h.events)]
+
+
+def test_each_gang_fact_says_its_event() -> None:
+    from plugins.gang.events import (
+        GangAborted,
+        GangCommitted,
+        GangDecisionRecorded,
+        GangMemberPrepared,
+        GangPartialStartDetected,
+    )
+
+    def said(fact: Event) -> tuple[str, str, str] | None:
+        event = fact.kube_event()
+        return None if event is None else (event.type, event.reason, event.message)
+
+    assert said(GangMemberPrepared(gang="ns/g", generation=2, prepared=3, min_member=4)) == (
+        "Normal", "WaitingForGang", "Prepared; waiting for gang ns/g (generation 2): 3 of 4 members prepared")
+    # The member that completes the quorum on one node does not wait: its GangCommitted follows.
+    assert said(GangMemberPrepared(gang="ns/g", generation=2, prepared=4, min_member=4)) is None
+    assert said(GangMemberPrepared(gang="ns/g", generation=1, prepared=1, min_member=8, across_nodes=True)) == (
+        "Normal", "WaitingForGang", "Prepared; waiting for gang ns/g (generation 1): 1 of 8 members prepared on "
+        "this node; its coordinator decides from every member's vote")
+    assert said(GangCommitted(gang="ns/g", generation=1, prepared=8, min_member=8, waited_seconds=1.25)) == (
+        "Normal", "GangCommitted", "Gang ns/g committed (generation 1): 8 of 8 members were prepared; starting "
+        "containers after 1.2s at the barrier")
+    assert said(GangCommitted(gang="ns/g", generation=1, prepared=8, min_member=8, waited_seconds=0,
+                              joined_after_commit=True))[2].endswith("joined after the commit; starting containers")
+    assert said(GangCommitted(gang="ns/g", generation=1, prepared=2, min_member=2, waited_seconds=0,
+                              recovered=True))[2].endswith("recovered from the runtime after an agent restart")
+    assert said(GangAborted(gang="ns/g", generation=3, reason="GangAdmissionTimeout", message="gang ns/g did not "
+                            "commit within 8s", prepared=1, min_member=2, across_nodes=True)) == (
+        "Warning", "GangAdmissionTimeout", "Released without starting (generation 3, 1 of 2 members prepared on "
+        "this node): gang ns/g did not commit within 8s")
+    assert said(GangAborted(gang="ns/g", generation=1, reason="GangAborted", message="gang ns/g aborted: x")) == (
+        "Warning", "GangAborted", "Released without starting (generation 1): gang ns/g aborted: x")
+    # Decided in this pod's own admission: its rejection is already the pod's Event.
+    assert said(GangAborted(gang="ns/g", generation=1, reason="GangLocalAdmissionFailed", message="m")) is None
+    assert said(GangPartialStartDetected(gang="ns/g", generation=1, containers=["main"])) == (
+        "Warning", "GangPartialStart", "Gang ns/g (generation 1) aborted while containers main of this member "
+        "were in the runtime")
+    assert said(GangDecisionRecorded(gang="ns/g", generation=1, committed=True, reason="GangQuorumReached",
+                                     message="gang ns/g: 2 of 2 members prepared (a, b)", votes=2, min_member=2)) == (
+        "Normal", "GangQuorumReached", "Recorded the gang's commit as its coordinator (generation 1, 2 of 2 "
+        "votes): gang ns/g: 2 of 2 members prepared (a, b)")
+    assert said(GangDecisionRecorded(gang="ns/g", generation=1, committed=False, reason="GangAdmissionTimeout",
+                                     message="gang ns/g did not commit", votes=1, min_member=2))[:2] == (
+        "Warning", "GangAdmissionTimeout")
+
+
+async def test_across_nodes_a_committed_gang_gives_each_member_one_event_per_fact() -> None:
+    c = Cluster("a", "b")
+    for name, node in (("m0", "a"), ("m1", "a"), ("m2", "b")):
+        c.pod(name, node, 3)
+        assert await c.admit(name) is Verdict.CONTINUE
+    await c.sync()
+    for _ in range(2):  # asked again while waiting: no new fact, no new Event
+        for name in ("m0", "m1"):
+            assert (await c.permit(name)).verdict is Verdict.WAIT
+    await c.sync()
+    assert (await c.permit("m2")).verdict is Verdict.WAIT
+    await c.sync()  # the coordinator writes its record
+    await c.sync()  # every node sees it
+    for name in ("m0", "m1", "m2"):
+        assert (await c.permit(name)).verdict is Verdict.CONTINUE
+    waiting = "; its coordinator decides from every member's vote"
+    assert _kube_events([m.pod for m in c.members.values()], _facts(c)) == [
+        ("m0", "Normal", "WaitingForGang", f"Prepared; waiting for gang ns/g (generation 1): 1 of 3 members prepared "
+                                           f"on this node{waiting}"),
+        ("m1", "Normal", "WaitingForGang", f"Prepared; waiting for gang ns/g (generation 1): 2 of 3 members prepared "
+                                           f"on this node{waiting}"),
+        ("m2", "Normal", "WaitingForGang", f"Prepared; waiting for gang ns/g (generation 1): 1 of 3 members prepared "
+                                           f"on this node{waiting}"),
+        ("m0", "Normal", "GangQuorumReached", "Recorded the gang's commit as its coordinator (generation 1, 3 of 3 "
+                                              "votes): gang ns/g: 3 of 3 members prepared (m0, m1, m2); decided by "
+                                              "ns/m0 on node a"),
+        *((m, "Normal", "GangCommitted", "Gang ns/g committed (generation 1): 3 of 3 members were prepared; starting "
+                                         "containers after 0.0s at the barrier") for m in ("m0", "m1", "m2")),
+    ]
+
+
+async def test_across_nodes_an_aborted_gang_gives_each_member_one_warning() -> None:
+    from nodeagent.events import PodRejected
+
+    c = Cluster("a", "b")
+    c.pod("m0", "a", 3)
+    c.pod("m1", "a", 3)
+    c.pod("m2", "b", 3, cpu="100")
+    for name in ("m0", "m1"):
+        assert await c.admit(name) is Verdict.CONTINUE
+    await c.sync()
+    for name in ("m0", "m1"):
+        assert (await c.permit(name)).verdict is Verdict.WAIT
+    assert await c.admit("m2") is Verdict.REJECT
+    m2 = c.members["m2"]
+    # What the worker publishes for a rejected pod (the kubelet's admission Event).
+    rejected = PodRejected(pod=m2.ctx.ref, reason=m2.reason, message=m2.message)
+    await c.sync()
+    for name in ("m0", "m1"):
+        assert (await c.permit(name)).verdict is Verdict.REJECT
+    got = _kube_events([m.pod for m in c.members.values()], [*_facts(c), rejected])
+    assert [(pod, type_, reason) for pod, type_, reason, _ in got] == [
+        ("m0", "Normal", "WaitingForGang"), ("m1", "Normal", "WaitingForGang"),
+        ("m2", "Warning", "GangLocalAdmissionFailed"),
+        ("m0", "Warning", "GangAborted"), ("m0", "Warning", "GangAborted"), ("m1", "Warning", "GangAborted")]
+    record, released = got[3][3], got[4][3]
+    assert record.startswith("Recorded the gang's abort as its coordinator (generation 1, 2 of 3 votes): gang ns/g "
+                             "aborted: member ns/m2 failed on node b"), record
+    assert released.startswith("Released without starting (generation 1, 2 of 3 members prepared on this node): "
+                               "gang ns/g aborted: member ns/m2 failed on node b"), released
+    assert got[5][3] == released
+
+
+async def test_on_one_node_commit_timeout_and_a_member_that_does_not_fit_are_one_event_each() -> None:
+    gang, handle = stage(timeoutSeconds=30)
+    members = [pod(f"m{i}", annotations=ours("g", 2)) for i in range(2)]
+    contexts = [FakeContext(m) for m in members]
+    for m, ctx in zip(members, contexts, strict=True):
+        await admitted(gang, m)
+        await gang.permit(ctx)  # type: ignore[arg-type]
+    await gang.permit(contexts[0])  # type: ignore[arg-type]
+    got = _kube_events(members, [e for ctx in contexts for e in ctx.events])
+    assert [(p, r) for p, _, r, _ in got] == [("m0", "WaitingForGang"), ("m1", "GangCommitted"),
+                                              ("m0", "GangCommitted")]
+    assert got[0][3] == "Prepared; waiting for gang ns/g (generation 1): 1 of 2 members prepared"
+
+    gang, handle = stage(timeoutSeconds=30)
+    lone = [pod("t0", annotations=ours("t", 2))]
+    ctx = FakeContext(lone[0])
+    await admitted(gang, lone[0])
+    await gang.permit(ctx)  # type: ignore[arg-type]
+    handle.clock.advance(30)
+    assert (await gang.permit(ctx)).reason == "GangAdmissionTimeout"  # type: ignore[arg-type]
+    got = _kube_events(lone, ctx.events)
+    assert [(t, r) for _, t, r, _ in got] == [("Normal", "WaitingForGang"), ("Warning", "GangAdmissionTimeout")]
+    assert got[1][3].startswith("Released without starting (generation 1, 1 of 2 members prepared): gang ns/t did "
+                                "not commit within 30s")
+
+    # A member that does not fit: its own rejection is its Event; the others' abort is theirs.
+    from nodeagent.events import PodRejected
+
+    gang, handle = stage()
+    small, big = pod("s0", annotations=ours("b", 2)), pod("s1", annotations=ours("b", 2), cpu="100")
+    ctx = FakeContext(small)
+    await admitted(gang, small)
+    await gang.permit(ctx)  # type: ignore[arg-type]
+    result = await gang.admit(big, NodeView(NODE, [small]))
+    assert result.reason == "GangLocalAdmissionFailed"
+    rejected = PodRejected(pod=PodRef(uid=big.uid, namespace="ns", name="s1"), reason=result.reason,
+                           message=result.message)  # what the worker publishes for it
+    assert (await gang.permit(ctx)).reason == "GangAborted"  # type: ignore[arg-type]
+    got = _kube_events([small, big], [*ctx.events, *handle.events, rejected])
+    assert [(p, t, r) for p, t, r, _ in got] == [("s0", "Normal", "WaitingForGang"),
+                                                 ("s1", "Warning", "GangLocalAdmissionFailed"),
+                                                 ("s0", "Warning", "GangAborted")]

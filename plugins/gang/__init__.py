@@ -374,7 +374,9 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
             ctx.status.set_condition(PREPARED_CONDITION, False, gen.reason, gen.message)
         else:
             ctx.status.set_condition(COMMITTED_CONDITION, False, gen.reason, gen.message)
-        await ctx.publish(GangAborted(gang=str(gen.key), generation=gen.number, reason=gen.reason, message=gen.message))
+        await ctx.publish(GangAborted(gang=str(gen.key), generation=gen.number, reason=gen.reason, message=gen.message,
+                                      prepared=len(gen.prepared()), min_member=gen.min_member,
+                                      across_nodes=gen.cluster))
         return Result.reject(gen.reason, gen.message)
 
     async def _announce(self, pod: Pod, gen: Generation, reason: str, message: str) -> None:
@@ -382,7 +384,8 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
         (no pod context there: the handle publishes)."""
         ref = PodRef(uid=pod.uid, namespace=pod.metadata.namespace, name=pod.metadata.name)
         event: Event = GangAborted(pod=ref, source=self.name, gang=str(gen.key), generation=gen.number,
-                                   reason=reason, message=message)
+                                   reason=reason, message=message, prepared=len(gen.prepared()),
+                                   min_member=gen.min_member, across_nodes=gen.cluster)
         await self._handle.publish(event)
 
     # --- membership ------------------------------------------------------------------------

@@ -75,7 +75,8 @@ class AcrossNodes:
         self._reconcile(gen)
         if arrived:
             await ctx.publish(GangMemberPrepared(gang=str(gen.key), generation=gen.number,
-                                                 prepared=len(gen.prepared()), min_member=gen.min_member))
+                                                 prepared=len(gen.prepared()), min_member=gen.min_member,
+                                                 across_nodes=True))
         await self._flush()
         return await self._follow_across_nodes(ctx, gen, member)
 
@@ -122,7 +123,11 @@ class AcrossNodes:
         wall = self._clock.now()
         found = assess(self.view.pods(gen.key), gen.min_member, wall)
         if found.commit is not None:
-            self._commit(gen, prepared=len(found.votes), how=found.commit)
+            # For messages: the members prepared, voting or already past the barrier (the
+            # unexpired votes alone shrink as members follow), this node's own included.
+            prepared = {p.uid for p in found.current if p.prepared is not None and p.prepared.status}
+            prepared.update(m.ref.uid for m in gen.prepared())
+            self._commit(gen, prepared=len(prepared), how=found.commit)
             return
         created = [m.created for m in gen.members.values()]
         record = found.abort_for(None if None in created else min(c for c in created if c is not None))
@@ -181,7 +186,8 @@ class AcrossNodes:
                  votes=len(found.votes), min_member=gen.min_member, coordinator=f"{me.ref.namespace}/{me.ref.name}")
         self._outbox.append(GangDecisionRecorded(pod=me.ref, source=self.name, gang=str(gen.key),
                                                  generation=gen.number, committed=committed, reason=reason,
-                                                 message=message, votes=len(found.votes)))
+                                                 message=message, votes=len(found.votes),
+                                                 min_member=gen.min_member))
 
     def _abort_record_for(self, pod: Pod, decl: Declaration) -> tuple[str, str] | None:
         """(admission) The abort that ended the cluster generation this pod was created in."""
@@ -205,7 +211,8 @@ class AcrossNodes:
             ctx.status.clear_container_waiting(container.name)
         ctx.status.set_condition(PREPARED_CONDITION, False, TIMEOUT, message)
         log.warning("gang member released itself", gang=str(gen), pod=str(ctx.ref), message=message)
-        await ctx.publish(GangAborted(gang=str(gen.key), generation=gen.number, reason=TIMEOUT, message=message))
+        await ctx.publish(GangAborted(gang=str(gen.key), generation=gen.number, reason=TIMEOUT, message=message,
+                                      prepared=len(gen.prepared()), min_member=gen.min_member, across_nodes=True))
         return Result.reject(TIMEOUT, message)
 
     async def _flush(self) -> None:

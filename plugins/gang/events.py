@@ -1,12 +1,27 @@
 """The facts the gang stage publishes. Each names the member pod it is about; ``gang`` is
 ``namespace/name`` and ``generation`` counts the gang's attempts on this agent, so a member's
-trace tells which attempt it belonged to."""
+trace tells which attempt it belonged to.
+
+In cluster mode each fact is also a core/v1 Event on its member pod (:meth:`kube_event`, sent by
+nodeagent/cluster/kubeevents.py with ``source.component: kubelet``), so that ``kubectl describe
+pod`` and ``kubectl get events`` tell a member's gang story: Normal ``WaitingForGang`` when it
+reached the barrier, Normal ``GangCommitted`` when it passed it, Warning with the abort's reason
+when it was released, and on the coordinator's pod the record its agent wrote
+(``GangQuorumReached``, or the abort). Each fact is published once per member and generation, so
+each is one Event; the messages say the gang, the generation and the counts.
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from nodeagent.events import Event
+from nodeagent.events import Event, KubeEvent
+from plugins.gang.names import COMMITTED, LOCAL_ADMISSION_FAILED, PARTIAL_START, WAITING
+
+
+def _prepared(prepared: int, min_member: int, across_nodes: bool) -> str:
+    # Across nodes an agent counts only its own node's members; the others' votes are in the API.
+    return f"{prepared} of {min_member} members prepared" + (" on this node" if across_nodes else "")
 
 
 class GangMemberPrepared(Event):
@@ -17,8 +32,18 @@ class GangMemberPrepared(Event):
     gang: str
     generation: int
     prepared: int
-    """Members prepared so far, this one included."""
+    """Members prepared so far, this one included (across nodes: of this node's members)."""
     min_member: int
+    across_nodes: bool = False
+    """The gang may span nodes: its coordinator decides from every member's vote in the API."""
+
+    def kube_event(self) -> KubeEvent | None:
+        if not self.across_nodes and self.prepared >= self.min_member:
+            return None  # it completed the quorum on this node: its GangCommitted follows at once
+        then = "; its coordinator decides from every member's vote" if self.across_nodes else ""
+        return KubeEvent("Normal", WAITING,
+                         f"Prepared; waiting for gang {self.gang} (generation {self.generation}): "
+                         f"{_prepared(self.prepared, self.min_member, self.across_nodes)}{then}")
 
 
 class GangCommitted(Event):
@@ -38,6 +63,17 @@ class GangCommitted(Event):
     """The commit was recovered from the runtime after an agent restart: a member's containers
     exist, and containers are created only after a commit."""
 
+    def kube_event(self) -> KubeEvent:
+        if self.recovered:
+            how = "recovered from the runtime after an agent restart"
+        elif self.joined_after_commit:
+            how = "joined after the commit; starting containers"
+        else:
+            how = f"starting containers after {self.waited_seconds:.1f}s at the barrier"
+        return KubeEvent("Normal", COMMITTED,
+                         f"Gang {self.gang} committed (generation {self.generation}): {self.prepared} of "
+                         f"{self.min_member} members were prepared; {how}")
+
 
 class GangAborted(Event):
     """The gang will not start: published for each member that fails because of it, and for the
@@ -49,6 +85,22 @@ class GangAborted(Event):
     reason: str
     """GangAborted, GangAdmissionTimeout or GangLocalAdmissionFailed."""
     message: str
+    prepared: int | None = None
+    """Members prepared when the member was released (across nodes: of this node's members);
+    None: not counted."""
+    min_member: int | None = None
+    across_nodes: bool = False
+
+    def kube_event(self) -> KubeEvent | None:
+        if self.reason == LOCAL_ADMISSION_FAILED:
+            # Decided in admission: the pod's admission rejection is already its Event, with the
+            # same reason (the kubelet's rejected-pod Event); a second would say it again.
+            return None
+        counts = ""
+        if self.prepared is not None and self.min_member is not None:
+            counts = f", {_prepared(self.prepared, self.min_member, self.across_nodes)}"
+        return KubeEvent("Warning", self.reason,
+                         f"Released without starting (generation {self.generation}{counts}): {self.message}")
 
 
 class GangPartialStartDetected(Event):
@@ -60,6 +112,11 @@ class GangPartialStartDetected(Event):
     gang: str
     generation: int
     containers: list[str]
+
+    def kube_event(self) -> KubeEvent:
+        return KubeEvent("Warning", PARTIAL_START,
+                         f"Gang {self.gang} (generation {self.generation}) aborted while containers "
+                         f"{', '.join(self.containers)} of this member were in the runtime")
 
 
 class GangDecisionRecorded(Event):
@@ -76,3 +133,10 @@ class GangDecisionRecorded(Event):
     message: str
     votes: int
     """Unexpired votes the coordinator saw."""
+    min_member: int = 0
+
+    def kube_event(self) -> KubeEvent:
+        what = "commit" if self.committed else "abort"
+        return KubeEvent("Normal" if self.committed else "Warning", self.reason,
+                         f"Recorded the gang's {what} as its coordinator (generation {self.generation}, "
+                         f"{self.votes} of {self.min_member} votes): {self.message}")

@@ -18,6 +18,9 @@ POLICY_UNAVAILABLE = "GangPolicyUnavailable"
 COMMITTED = "GangCommitted"
 """A member passed the barrier (reason of its Prepared condition, and of StartCommitted in
 standalone mode)."""
+PARTIAL_START = "GangPartialStart"
+"""Reason of the Warning Event for a member found with containers when its gang aborted (must
+never be seen)."""
 QUORUM_REACHED = "GangQuorumReached"
 """(cluster) The coordinator's commit record: reason of StartCommitted=True on its own pod."""
 

@@ -76,6 +76,7 @@ class Dispatcher:
             }
         )
         worker = PodWorker(event.pod, pod, self._services, event.id)
+        worker.orphan = True
         worker.kill(None, event.id)
         self._spawn(worker)
 

@@ -64,7 +64,10 @@ RETRY_INITIAL_SECONDS = 1.0
 # A pod condition, so that `kubectl get pod -o yaml` users see what we ignored.
 UNHONOURED_CONDITION = "nodeagent.io/UnhonouredFields"
 ADMIT_WHEN_DELETED_SECONDS = 10.0
-"""How long a pod first seen already being deleted may take to get its admission answer."""
+"""How long a pod deleted before its admission began may take to get its admission answer."""
+ADMIT_ANSWER_SECONDS = 1.0
+"""How long an admission under way may still answer once its pod's deletion arrives (a stage
+holding it longer is cancelled)."""
 UNSAFE_NAMES = "UnsafePodNames"
 """Rejection reason of a pod whose UID, name, namespace, container or volume names cannot be
 host path components (nodeagent/hostpaths.py); the API server never lets one through."""
@@ -216,6 +219,9 @@ class PodWorker:
         # mailbox
         self._pending: Pod | None = None
         self.kill_requested = False
+        self._admitting = False
+        self.orphan = False
+        """Rebuilt from the runtime's labels for its teardown alone (the dispatcher's orphan): never admitted."""
         self.kill_grace: int | None = None
         self.forget_requested = False
         self.wake = anyio.Event()
@@ -251,7 +257,13 @@ class PodWorker:
         self.kill_requested = True
         self.forget_requested = self.forget_requested or forget
         if self._setup_scope is not None:
-            self._setup_scope.cancel()
+            if self._admitting and not self.orphan:
+                # An admission under way may still answer, briefly (the kubelet's is one
+                # synchronous step): a refused pod then ends Failed with its reason.
+                scope = self._setup_scope
+                scope.deadline = min(scope.deadline, anyio.current_time() + ADMIT_ANSWER_SECONDS)
+            else:
+                self._setup_scope.cancel()
         self.wake.set()
         self.permit_wake.set()
 
@@ -314,15 +326,20 @@ class PodWorker:
                 "nodeagent does not act on: " + ", ".join(unhonoured))
 
         admission: Result | None = None
-        if self.kill_requested and self.pod.metadata.deletion_timestamp is not None:
-            # First seen already being deleted: admitted all the same (the kubelet's
-            # HandlePodAdditions admits before its pod worker learns of the deletion), so that a
+        if self.kill_requested and not self.orphan:
+            # Deleted before its admission began (seen already being deleted, or its deletion
+            # came on the heels of its creation): admitted all the same, as the kubelet's
+            # HandlePodAdditions admits before its pod worker learns of the deletion, so that a
             # pod the node refuses ends Failed with the refusal's reason, not Pending. Bounded:
-            # nothing waits for this pod to start.
+            # nothing waits for this pod to start. A kill during admission still cancels it.
             with anyio.move_on_after(ADMIT_WHEN_DELETED_SECONDS):
                 admission = await self._admit()
         else:
-            admission = await self._setup_cancellable(self._admit)
+            self._admitting = True
+            try:
+                admission = await self._setup_cancellable(self._admit)
+            finally:
+                self._admitting = False
         if admission is not None and admission.verdict is Verdict.REJECT:
             return await self._rest_until_forgotten()
         if self.kill_requested:

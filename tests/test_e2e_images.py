@@ -247,6 +247,13 @@ def test_report_of_several_runs_takes_what_ran_last(tmp_path: Path) -> None:
                             '<testcase name="[It] y" status="skipped" time="0"><skipped message="skipped"/></testcase>')
     parsed = report.parse_junit([first, second])
     assert {n: c.status for n, c in parsed.cases.items()} == {"x": "passed", "y": "passed"}
+    # A test that skipped itself (with its reason) in one pass keeps that skip when another
+    # pass (the [Serial] one) lists it as skipped by focus, without a reason.
+    own = junit("d.xml", '<testcase name="[It] w" status="skipped" time="0">'
+                         '<skipped message="skipped - getsubids binary not found in PATH"/></testcase>')
+    focus = junit("e.xml", '<testcase name="[It] w" status="skipped" time="0"><skipped message="skipped"/></testcase>')
+    kept = report.parse_junit([own, focus]).cases["w"]
+    assert (kept.status, kept.reason) == ("skipped", "getsubids binary not found in PATH")
 
 
 def test_focus_regex_is_valid_re2_and_exact() -> None:

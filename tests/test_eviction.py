@@ -57,7 +57,10 @@ async def test_a_pod_over_its_emptydir_size_limit_is_evicted(
     config = await cluster_config(cp, containerd, tmp_path, **FAST,
                                   **eviction_plugins(evictionHard={"memory.available": "0%"}))
     name = f"filler-{uuid.uuid4().hex[:6]}"
-    manifest = api_pod(name, config.node_name, "head -c 20000000 /dev/zero > /cache/blob; sleep 3600", grace=30)
+    # It writes after a pause: the test must see it Running first (it may be evicted within a
+    # housekeeping period of the write, quicker than the API shows a status on a loaded machine).
+    manifest = api_pod(name, config.node_name, "sleep 5; head -c 20000000 /dev/zero > /cache/blob; sleep 3600",
+                       grace=30)
     manifest["spec"]["containers"][0]["volumeMounts"] = [{"name": "cache", "mountPath": "/cache"}]
     manifest["spec"]["volumes"] = [{"name": "cache", "emptyDir": {"sizeLimit": "10Mi"}}]
     async with ready_cluster_node(cp, containerd, config) as env:

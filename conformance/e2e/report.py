@@ -100,8 +100,9 @@ def parse_junit(paths: Iterable[Path]) -> Parsed:
                 case = Case(name, _STATE.get(state, FAILED), "" if state == "passed" else _reason(tc),
                             seconds, state)
                 # The same spec in two files: one pass skipped it by focus, one ran it; or a
-                # later run (given later) ran it again: what ran last counts.
-                if prev is None or prev.status == SKIPPED or case.status != SKIPPED:
+                # later run (given later) ran it again: what ran last counts. A skip by focus
+                # (no reason) never hides a test's own skip (its reason) from another pass.
+                if prev is None or case.status != SKIPPED or (prev.status == SKIPPED and not prev.reason):
                     out.cases[name] = case
             elif state not in ("passed", "skipped"):
                 out.suite_failures.append(SuiteCase(raw, state, _reason(tc)))

@@ -499,7 +499,8 @@ async def test_across_nodes_the_coordinator_commits_when_it_sees_every_vote_and_
     assert [e.joined_after_commit for e in late.ctx.events if e.kind == "GangCommitted"] == [True]  # type: ignore[attr-defined]
 
 
-async def test_across_nodes_a_member_that_fails_on_its_node_makes_the_coordinator_abort_for_all() -> None:
+async def _two_waiting_on_a_and_one_that_cannot_fit_on_b() -> Cluster:
+    """m0 and m1 prepared and waiting on node a; m2 (node b) not admitted yet, and too big for it."""
     c = Cluster("a", "b")
     c.pod("m0", "a", 3)
     c.pod("m1", "a", 3)
@@ -509,6 +510,11 @@ async def test_across_nodes_a_member_that_fails_on_its_node_makes_the_coordinato
     await c.sync()
     for name in ("m0", "m1"):
         assert (await c.permit(name)).verdict is Verdict.WAIT
+    return c
+
+
+async def test_across_nodes_a_member_that_fails_on_its_node_makes_the_coordinator_abort_for_all() -> None:
+    c = await _two_waiting_on_a_and_one_that_cannot_fit_on_b()
     # Node b cannot admit m2. It fails m2 only: it cannot know whether a commit already counted
     # its other members; the coordinator decides.
     assert await c.admit("m2") is Verdict.REJECT
@@ -820,15 +826,7 @@ async def test_across_nodes_a_committed_gang_gives_each_member_one_event_per_fac
 async def test_across_nodes_an_aborted_gang_gives_each_member_one_warning() -> None:
     from nodeagent.events import PodRejected
 
-    c = Cluster("a", "b")
-    c.pod("m0", "a", 3)
-    c.pod("m1", "a", 3)
-    c.pod("m2", "b", 3, cpu="100")
-    for name in ("m0", "m1"):
-        assert await c.admit(name) is Verdict.CONTINUE
-    await c.sync()
-    for name in ("m0", "m1"):
-        assert (await c.permit(name)).verdict is Verdict.WAIT
+    c = await _two_waiting_on_a_and_one_that_cannot_fit_on_b()
     assert await c.admit("m2") is Verdict.REJECT
     m2 = c.members["m2"]
     # What the worker publishes for a rejected pod (the kubelet's admission Event).

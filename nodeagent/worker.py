@@ -331,7 +331,7 @@ class PodWorker:
             # came on the heels of its creation): admitted all the same, as the kubelet's
             # HandlePodAdditions admits before its pod worker learns of the deletion, so that a
             # pod the node refuses ends Failed with the refusal's reason, not Pending. Bounded:
-            # nothing waits for this pod to start. A kill during admission still cancels it.
+            # nothing waits for this pod to start. (A kill during admission: see kill().)
             with anyio.move_on_after(ADMIT_WHEN_DELETED_SECONDS):
                 admission = await self._admit()
         else:

@@ -6,6 +6,7 @@ the environment every integration test stands on.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from collections.abc import Generator, Iterator
@@ -19,6 +20,29 @@ from devenv import Containerd, build_images, ensure_packages
 # The real control plane (etcd, kube-apiserver, controller-manager, scheduler) as a session
 # fixture `control_plane`, shared by every module that asks for it.
 pytest_plugins = ["controlplane.pytest_plugin"]
+
+def spurious_grpc_poller_error(context: dict[str, object]) -> bool:
+    """grpc.aio's poller is process-wide and binds itself to every event loop that used gRPC
+    (grpc/grpc#23377). A test session runs one loop per test: when an earlier test's (closed)
+    loop still has a completion due, the poller's callback on the current loop raises "Event
+    loop is closed" in the current test, which did nothing wrong. An agent process has one loop
+    for its whole life, so only tests meet this."""
+    exc = context.get("exception")
+    return (isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed"
+            and "PollerCompletionQueue._handle_events" in repr(context.get("handle")))
+
+
+_call_exception_handler = asyncio.BaseEventLoop.call_exception_handler
+
+
+def _filtered_call_exception_handler(self: asyncio.BaseEventLoop, context: dict[str, object]) -> None:
+    if spurious_grpc_poller_error(context):
+        return
+    _call_exception_handler(self, context)
+
+
+# Before anyio's test runner collects loop exceptions into the test's result.
+asyncio.BaseEventLoop.call_exception_handler = _filtered_call_exception_handler  # type: ignore[method-assign]
 
 # Where the session's Containerd is kept for the report hook below.
 _ENV_KEY = pytest.StashKey[Containerd]()

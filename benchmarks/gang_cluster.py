@@ -24,6 +24,7 @@ Times are wall-clock (one machine: containerd, the agents and this process share
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -160,7 +161,12 @@ class Node:
             self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "run", "--config", str(self.config_path),
                                           "--log-format", "json", *(["-v"] if os.environ.get("GANG_E2E_VERBOSE") else [])],
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         cwd=REPO, env=env, preexec_fn=_no_core_dumps)
+                                         cwd=REPO, env=env)
+            # No core file from the SIGABRT that dumps a stuck agent's stacks. Set from here, not
+            # in a preexec_fn: Python code between fork and exec in this multi-threaded, gRPC-using
+            # process can hang the child before it runs the agent (seen in CI).
+            with contextlib.suppress(ProcessLookupError):  # gone already: its exit is seen later
+                resource.prlimit(self.proc.pid, resource.RLIMIT_CORE, (0, 0))
 
     def kill_agent(self) -> None:
         """SIGKILL: what a crash does; nothing is torn down."""
@@ -734,11 +740,6 @@ async def until(check: Callable[[], Any], timeout: float, what: str | Callable[[
 
 async def _true(value: bool) -> bool:
     return value
-
-
-def _no_core_dumps() -> None:
-    """(in the agent's child process) A SIGABRT that dumps the stacks must leave no core file."""
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 def _free_port() -> int:

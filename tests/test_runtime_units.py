@@ -7,14 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from conformance.fakecontext import FakePodContext
 from cri import types as t
 from nodeagent import labels as L
 from nodeagent.model import Pod
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 from nodeagent.terminationmessage import create_message_file, read_message
 from plugins.runtime.backoff import Backoff
+from plugins.runtime.events import ContainerKilled
 from plugins.runtime.plan import plan
 from plugins.runtime.sync import go_duration
+from plugins.runtime.termination import Victim, kill
 from plugins.status import Facts
 from plugins.status import compute as compute_status
 
@@ -213,3 +218,33 @@ def test_a_restart_created_but_not_started_is_not_shown_before_it_runs() -> None
     after = compute(p, runtime(exited, rec("main", "running", attempt=1)), facts)["containerStatuses"][0]
     assert after["restartCount"] == 1 and "running" in after["state"]
     assert after["lastState"]["terminated"]["exitCode"] == 1
+
+
+# --- killing: the outcome of a stop ---------------------------------------------------
+
+
+class _LateExitRuntime:
+    """A runtime whose StopContainer returns before its status shows the exit, as containerd 1.6
+    does for a container that exited on its own and whose exit its handler has not recorded yet
+    (CI at ac70b67: the ContainerKilled fact then had no exit code and no finish time)."""
+
+    def __init__(self, running_reads: int) -> None:
+        self.running_reads = running_reads
+
+    async def stop_container(self, container_id: str, timeout: int) -> None:
+        return None
+
+    async def container_status(self, container_id: str) -> t.ContainerStatus:
+        if self.running_reads > 0:
+            self.running_reads -= 1
+            return t.ContainerStatus(id=container_id, state=t.ContainerState.CONTAINER_RUNNING)
+        return t.ContainerStatus(id=container_id, state=t.ContainerState.CONTAINER_EXITED, exit_code=42,
+                                 finished_at=1_700_000_000_500_000_000)
+
+
+@pytest.mark.anyio
+async def test_a_killed_container_reports_the_exit_its_status_shows_only_after_the_stop() -> None:
+    ctx = FakePodContext(pod=pod(), runtime=_LateExitRuntime(running_reads=3))
+    await kill(ctx, [Victim("c1", "main")], grace=10, reason="Killing")
+    (killed,) = [e for e in ctx.events if isinstance(e, ContainerKilled)]
+    assert killed.exit_code == 42 and killed.finished_at == 1_700_000_000.5

@@ -34,6 +34,8 @@ from plugins.runtime.events import ContainerKilled, HookFailed
 from plugins.runtime.hooks import HookError, HookTarget, format_pod, run_hook
 
 MINIMUM_GRACE_SECONDS = 2  # minimumGracePeriodInSeconds
+OUTCOME_WAIT_SECONDS = 5.0  # how long a stopped container's exit may take to show in its status
+OUTCOME_POLL_SECONDS = 0.05
 
 log = structlog.get_logger("plugins.runtime")
 
@@ -159,10 +161,19 @@ async def _pre_stop(ctx: PodContext, v: Victim, pod_ip: str) -> None:
 
 
 async def _outcome(ctx: PodContext, container_id: str) -> tuple[int | None, float | None]:
-    try:
-        status: t.ContainerStatus = await ctx.runtime.container_status(container_id)
-    except CriError:
-        return None, None
-    if status.state != t.ContainerState.CONTAINER_EXITED:
-        return None, None
-    return status.exit_code, status.finished_at / 1e9 if status.finished_at else None
+    """The stopped container's exit code and finish time, once the runtime reports it exited.
+
+    StopContainer can return before the status says so: containerd 1.6 answers at once when
+    the task is already gone (a process that exited on its own, e.g. from its preStop hook),
+    while its exit handler, which deletes the task before it records the exit, has not yet
+    recorded it. So the status is read again, briefly, until it shows the exit."""
+    with anyio.move_on_after(OUTCOME_WAIT_SECONDS):
+        while True:
+            try:
+                status: t.ContainerStatus = await ctx.runtime.container_status(container_id)
+            except CriError:
+                return None, None
+            if status.state == t.ContainerState.CONTAINER_EXITED:
+                return status.exit_code, status.finished_at / 1e9 if status.finished_at else None
+            await anyio.sleep(OUTCOME_POLL_SECONDS)
+    return None, None

@@ -46,7 +46,14 @@ def mount_points(table: Path = MOUNTINFO) -> list[Path]:
 
 def mounts_under(directory: Path, table: Path = MOUNTINFO) -> list[Path]:
     """Mount points at or below ``directory``, deepest first (the order to unmount them in)."""
-    root = str(directory.resolve() if directory.exists() else directory)
+    if not os.path.lexists(directory):
+        # Nothing can be mounted at or below a path that is not there (a mount point is a path
+        # in the tree; a detached mount has left it). The common case, a pod without that kind
+        # of volume, is answered without reading the table: the kernel renders the whole table
+        # for every read, hundreds of lines on a busy node, and a teardown asks several times
+        # per pod (it was 60 % of the agent's teardown CPU at 30 pods).
+        return []
+    root = str(directory.resolve())
     # Strings, not Path.parents: a node's mount table holds hundreds of entries (every
     # container's rootfs and shm), and this runs for every pod torn down.
     prefix = root if root.endswith("/") else root + "/"

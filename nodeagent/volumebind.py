@@ -291,9 +291,10 @@ def _clear(container_dir: Path) -> list[Path]:
     a target still mounted (a hostPath directory) refuses both. Returns the mounts that stay."""
     if not container_dir.is_dir():
         return []
-    for mount_point in mounts_under(container_dir):
+    mounted = mounts_under(container_dir)
+    for mount_point in mounted:
         detach(mount_point)
-    left = mounts_under(container_dir)
+    left = mounts_under(container_dir) if mounted else []
     if left:
         return left
     for entry in os.scandir(container_dir):

@@ -372,18 +372,43 @@ async def test_observe_rewrites_downward_api_files_when_a_new_spec_arrives(tmp_p
 def test_mounts_under_reads_the_table_deepest_first(tmp_path: Path) -> None:
     from nodeagent.mounttable import is_mount_point
 
+    pods = tmp_path / "pods"
+    for directory in ("u1/volumes/a/b", "u1/with space", "u10/volumes"):
+        (pods / directory).mkdir(parents=True)
     table = tmp_path / "mountinfo"
     table.write_text(
         "22 1 0:21 / / rw - overlay overlay rw\n"
-        "30 22 0:30 / /var/lib/pods/u1/volumes/a rw - tmpfs tmpfs rw\n"
-        "31 30 0:31 / /var/lib/pods/u1/volumes/a/b rw - tmpfs tmpfs rw\n"
-        "32 22 0:32 / /var/lib/pods/u10/volumes rw - tmpfs tmpfs rw\n"
-        "33 22 0:33 / /var/lib/pods/u1/with\\040space rw - tmpfs tmpfs rw\n"
-        "34 22 0:34 / /var/lib/pods/u1 rw - tmpfs tmpfs rw\n")
-    pods = Path("/var/lib/pods")
+        f"30 22 0:30 / {pods}/u1/volumes/a rw - tmpfs tmpfs rw\n"
+        f"31 30 0:31 / {pods}/u1/volumes/a/b rw - tmpfs tmpfs rw\n"
+        f"32 22 0:32 / {pods}/u10/volumes rw - tmpfs tmpfs rw\n"
+        f"33 22 0:33 / {pods}/u1/with\\040space rw - tmpfs tmpfs rw\n"
+        f"34 22 0:34 / {pods}/u1 rw - tmpfs tmpfs rw\n")
     found = mounts_under(pods / "u1", table)
     assert found[0] == pods / "u1/volumes/a/b" and found[-1] == pods / "u1"
     assert set(found) == {pods / "u1/volumes/a/b", pods / "u1/volumes/a", pods / "u1/with space", pods / "u1"}
     assert pods / "u10/volumes" not in found  # a sibling whose name starts the same is not under it
     assert mounts_under(Path("/"), table)[-1] == Path("/")
     assert is_mount_point(pods / "u1/with space", table) and not is_mount_point(pods / "u2", table)
+
+
+class _CountedTable:
+    """A mount table that counts its reads: each read of the real one has the kernel render
+    every mount of the node."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.reads = path, 0
+
+    def read_text(self) -> str:
+        self.reads += 1
+        return self.path.read_text()
+
+
+def test_mounts_under_a_directory_that_is_not_there_does_not_read_the_table(tmp_path: Path) -> None:
+    (tmp_path / "u1").mkdir()
+    real = tmp_path / "mountinfo"
+    real.write_text(f"30 22 0:30 / {tmp_path}/u1 rw - tmpfs tmpfs rw\n")
+    table = _CountedTable(real)
+    assert mounts_under(tmp_path / "u2" / "volumes" / "kubernetes.io~configmap", table) == []  # type: ignore[arg-type]
+    assert table.reads == 0  # a pod without such volumes: no read
+    assert mounts_under(tmp_path / "u1", table) == [tmp_path / "u1"]  # type: ignore[arg-type]
+    assert table.reads == 1

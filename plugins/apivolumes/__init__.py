@@ -317,9 +317,10 @@ class ApiVolumesStage(Prepare, Observe):
         # Found on disk and in the mount table, not remembered: this may be a restarted agent.
         for plugin in (CONFIG_MAP, SECRET, PROJECTED):
             directory = ctx.pod_dir / hostpaths.VOLUMES / plugin
-            for mount_point in mounts_under(directory):
+            mounted = mounts_under(directory)
+            for mount_point in mounted:
                 await unmount(mount_point)
-            left = mounts_under(directory)
+            left = mounts_under(directory) if mounted else []
             if left:
                 ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])
                 continue

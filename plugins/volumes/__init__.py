@@ -147,9 +147,10 @@ class VolumesStage(Prepare, Observe):
         kept = False
         for plugin in (sources.EMPTY_DIR, sources.DOWNWARD_API):
             directory = ctx.pod_dir / hostpaths.VOLUMES / plugin
-            for mount_point in mounts_under(directory):
+            mounted = mounts_under(directory)
+            for mount_point in mounted:
                 await unmount(mount_point)
-            left = mounts_under(directory)
+            left = mounts_under(directory) if mounted else []
             if left:
                 # Never delete into a mount: its contents are not ours to remove.
                 ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
 import types
 import typing
 from collections.abc import Callable
@@ -127,9 +128,12 @@ def _step(attr: str, fd: FieldDescriptor, annotation: Any, where: str) -> _Step:
     if _is_map(fd):
         if origin is not dict:
             raise TypeError(f"{where}: map field {fd.full_name} needs a dict annotation")
-        convert = _scalar_reader(typing.get_args(annotation)[1])
+        value_type = typing.get_args(annotation)[1]
+        convert = _scalar_reader(value_type)
 
         def read_map(m: Message) -> Any:
+            if not _is_enum(value_type):
+                return dict(getattr(m, name))  # in C: a listing converts many of these
             return {k: convert(v) for k, v in getattr(m, name).items()}
 
         def write_map(m: Message, v: Any) -> None:
@@ -207,9 +211,10 @@ def _step(attr: str, fd: FieldDescriptor, annotation: Any, where: str) -> _Step:
         return _Step(attr, read_wrapper, write_wrapper)
 
     convert = _scalar_reader(inner)
-
-    def read_scalar(m: Message) -> Any:
-        return convert(getattr(m, name))
+    read_scalar: Callable[[Message], Any] = operator.attrgetter(name)  # in C: most fields are these
+    if _is_enum(inner):
+        def read_scalar(m: Message) -> Any:
+            return convert(getattr(m, name))
 
     def write_scalar(m: Message, v: Any) -> None:
         setattr(m, name, v)

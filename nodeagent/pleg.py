@@ -42,7 +42,8 @@ log = structlog.get_logger("nodeagent.pleg")
 
 RELIST_TIMEOUT_SECONDS = 5.0
 EVENT_SETTLE_SECONDS = 0.02
-"""How long a burst of container events is gathered before the relist it triggers."""
+"""After an event relists its pod at once, how long the rest of its burst is gathered into one
+more relist (a sandbox being stopped, a mass teardown: many events, two relists)."""
 STREAM_TRUSTED_AFTER_SECONDS = 1.0
 INSPECT_CONCURRENCY = 8
 RELIST_ON = frozenset({t.ContainerEventType.CONTAINER_STOPPED_EVENT, t.ContainerEventType.CONTAINER_DELETED_EVENT})
@@ -94,7 +95,7 @@ class Relister:
         """Pods to relist on their own at the next wake-up (their UIDs)."""
         self._burst_pods: set[str] = set()
         self._burst_full = False
-        """What the events of the burst being gathered name (handed over when it settles)."""
+        """What the events after a burst's first name (handed over when its window ends)."""
         self._full_at = 0.0
         """When the last node-wide relist ended (monotonic): the periodic one is due a period later."""
         self.healthy = False
@@ -175,19 +176,38 @@ class Relister:
             with anyio.move_on_after(max(0.0, self._full_at + self.period - time.monotonic())):
                 await self._poke.wait()
 
-    async def _settle_then_poke(self) -> None:
-        """One relist for a burst of events: a sandbox being stopped kills its containers first
-        and changes its own state a little later; a relist between the two would show the
-        containers dead in a sandbox still ready, and a restart would go into it."""
+    def _relist_for_event(self, uid: str | None) -> None:
+        """The first event of a burst relists its pod at once (an exit is news: the kubelet's
+        evented PLEG relists at the event too); the events that follow within
+        EVENT_SETTLE_SECONDS are gathered into one more relist when the window ends. A sandbox
+        being stopped kills its containers first and turns not-ready a little later: the
+        trailing relist shows the end state, and the runtime stage waits out its own exit
+        settle and asks the runtime before it restarts anything into a sandbox."""
+        if self._settling:
+            if uid is None:
+                self._burst_full = True
+            else:
+                self._burst_pods.add(uid)
+            return
+        if uid is None:
+            self._want_full = True
+        else:
+            self._want_pods.add(uid)
+        self._poke.set()
+        assert self._settle_group is not None, "the stream is followed inside run()"
+        self._settling = True
+        self._settle_group.start_soon(self._gather_burst)
+
+    async def _gather_burst(self) -> None:
         try:
             await anyio.sleep(EVENT_SETTLE_SECONDS)
         finally:
             self._settling = False
-            if self._burst_full:
-                self._want_full = True
-            self._want_pods |= self._burst_pods
-            self._burst_pods, self._burst_full = set(), False
-            self._poke.set()
+            if self._burst_full or self._burst_pods:
+                self._want_full = self._want_full or self._burst_full
+                self._want_pods |= self._burst_pods
+                self._burst_pods, self._burst_full = set(), False
+                self._poke.set()
 
     def _event_pod(self, event: t.ContainerEventSummary) -> str | None:
         """The UID of the pod an event is about; "" for a pod this agent does not run (a full
@@ -226,16 +246,8 @@ class Relister:
                         if event.container_event_type not in RELIST_ON:
                             continue
                         uid = self._event_pod(event)
-                        if uid == "":
-                            continue
-                        if uid is None:
-                            self._burst_full = True
-                        else:
-                            self._burst_pods.add(uid)
-                        if not self._settling:
-                            assert self._settle_group is not None, "the stream is followed inside run()"
-                            self._settling = True
-                            self._settle_group.start_soon(self._settle_then_poke)
+                        if uid != "":
+                            self._relist_for_event(uid)
                 finally:
                     was_evented = self.evented
                     self._stream_since = None

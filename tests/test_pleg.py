@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from cri import RuntimeClient
@@ -14,7 +15,7 @@ from cri import types as t
 from devenv.images import BUSYBOX_IMAGE
 from nodeagent import labels as L
 from nodeagent.events import ContainerExited, ContainerStarted, Event
-from nodeagent.pleg import Relister
+from nodeagent.pleg import EVENT_SETTLE_SECONDS, Relister
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 from tests.agent_helpers import CountingRuntime
 from tests.test_cri_client import TIMEOUT, Pods, wait_exited
@@ -172,3 +173,28 @@ def test_an_event_is_placed_by_its_sandbox_or_the_cache() -> None:
     assert relister._event_pod(event("c1")) == "u1"  # no status: a known container
     assert relister._event_pod(event("s1")) == "u1"  # no status: a known sandbox
     assert relister._event_pod(event("unknown")) is None
+
+
+async def test_an_event_relists_its_pod_at_once_and_gathers_the_rest_of_its_burst() -> None:
+    # The first exit of a burst is news and relists its pod without waiting; what follows within
+    # the settle window (a sandbox's other containers, a mass teardown) is one more relist.
+    async def publish(event: Event) -> None:
+        pass
+
+    relister = Relister(None, "here", publish)  # type: ignore[arg-type]  # no relist runs here
+    async with anyio.create_task_group() as tg:
+        relister._settle_group = tg
+        relister._relist_for_event("u1")
+        assert relister._poke.is_set() and relister._want_pods == {"u1"}  # at once
+        relister._poke = anyio.Event()  # what the relist loop does before it lists
+        relister._want_pods.clear()
+        relister._relist_for_event("u2")
+        relister._relist_for_event(None)  # a pod that cannot be told: the node
+        relister._relist_for_event("u3")
+        assert not relister._poke.is_set() and not relister._want_pods  # gathered meanwhile
+        await anyio.sleep(EVENT_SETTLE_SECONDS + 0.05)
+        assert relister._poke.is_set() and relister._want_pods == {"u2", "u3"} and relister._want_full
+        relister._poke = anyio.Event()
+        relister._relist_for_event("u4")  # the window is over: a new burst's first event
+        assert relister._poke.is_set() and "u4" in relister._want_pods
+        tg.cancel_scope.cancel()

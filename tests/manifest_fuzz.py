@@ -404,6 +404,12 @@ class watching_logs:
 # --- one round against the agent -----------------------------------------------------------------
 
 AGENT_TASKS = frozenset({"source:file", "dispatcher", "status", "pleg"})
+RUNTIME_REQUEST_TIMEOUT_SECONDS = 20.0
+"""The agent's runtimeRequestTimeout (the kubelet's default is 2 min): a call the runtime never
+answers ends within a round's settle time. runc 1.1.5 under containerd 2.4 never answers the
+StartContainer of a container whose executable name is 100 kB long; the kubelet, like the agent,
+gets DEADLINE_EXCEEDED when the timeout ends it (StartError, exit 128), and the fuzzer makes
+such names."""
 SETTLED = {PodState.RUNNING, PodState.COMPLETED, PodState.REJECTED, PodState.TERMINATED}
 RETRYING = {"PodWaiting", "StageFailed"}
 
@@ -467,7 +473,10 @@ class Fuzzer:
         self.stats.cases += len(batch)
         self.stats.rounds += 1
         try:
-            await wait_for(lambda: self._all_settled(files), self.settle_timeout, "every file reported or settled")
+            try:
+                await wait_for(lambda: self._all_settled(files), self.settle_timeout, "every file reported or settled")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; not settled: {self._unsettled(files)}") from None
             # Each rejection the source logged went out on the bus as a ManifestRejected fact.
             await wait_for(lambda: self._facts_match(), 10, "a ManifestRejected fact for every rejection")
         finally:
@@ -495,6 +504,23 @@ class Fuzzer:
     async def _all_settled(self, files: dict[str, tuple[Case, list[str] | None]]) -> bool:
         self.agent_alive()
         return all(self._outcome(path, expected) is not None for path, (_, expected) in files.items())
+
+    def _unsettled(self, files: dict[str, tuple[Case, list[str] | None]]) -> list[str]:
+        """What the files still waiting show: their pods' states and their last facts."""
+        found = []
+        for path, (case, expected) in files.items():
+            if self._outcome(path, expected) is not None:
+                continue
+            if expected is None:
+                found.append(f"{Path(path).name} (steps {case.steps}): our parse rejects it, the agent reported nothing")
+                continue
+            every = self.env.agent.status.all()
+            for uid in expected:
+                state = every[uid][3].value if uid in every else "unknown to the status writer"
+                kinds = [e["kind"] + (f"({e['verdict']})" if e.get("verdict") else "")
+                         for e in self.env.agent.trace.chain(uid)][-8:]
+                found.append(f"{Path(path).name} (steps {case.steps}): pod {uid} {state}, last facts {kinds}")
+        return found
 
     def _outcome(self, path: str, expected: list[str] | None) -> str | None:
         reasons = self.watch.rejected.get(path)
@@ -552,7 +578,8 @@ def fuzz(containerd: Any, base: Path, *, rounds: int, files_per_round: int, seed
     (the session's fixture, or a devenv.Containerd); raises AssertionError on the first broken
     invariant. Hypothesis drives the cases from a thread; the agent runs in a blocking portal."""
     with watching_logs() as watch, start_blocking_portal() as portal, \
-            portal.wrap_async_context_manager(running_agent(containerd, base)) as env:
+            portal.wrap_async_context_manager(running_agent(
+                containerd, base, runtime_request_timeout=RUNTIME_REQUEST_TIMEOUT_SECONDS)) as env:
         fuzzer = Fuzzer(env, watch, stats)
         portal.call(fuzzer.start)
         stats.rss_samples.append((0, current_rss_mib()))

@@ -248,3 +248,24 @@ async def test_a_killed_container_reports_the_exit_its_status_shows_only_after_t
     await kill(ctx, [Victim("c1", "main")], grace=10, reason="Killing")
     (killed,) = [e for e in ctx.events if isinstance(e, ContainerKilled)]
     assert killed.exit_code == 42 and killed.finished_at == 1_700_000_000.5
+
+
+class _NeverStartedRuntime(_LateExitRuntime):
+    """A container created and never started: stopping it leaves it created, with no exit."""
+
+    def __init__(self) -> None:
+        super().__init__(running_reads=0)
+        self.reads = 0
+
+    async def container_status(self, container_id: str) -> t.ContainerStatus:
+        self.reads += 1
+        return t.ContainerStatus(id=container_id, state=t.ContainerState.CONTAINER_CREATED)
+
+
+@pytest.mark.anyio
+async def test_killing_a_container_that_never_started_does_not_wait_for_an_exit() -> None:
+    runtime = _NeverStartedRuntime()
+    ctx = FakePodContext(pod=pod(), runtime=runtime)
+    await kill(ctx, [Victim("c1", "main")], grace=10, reason="Killing")
+    (killed,) = [e for e in ctx.events if isinstance(e, ContainerKilled)]
+    assert killed.exit_code is None and killed.finished_at is None and runtime.reads == 1

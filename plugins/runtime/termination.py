@@ -166,7 +166,8 @@ async def _outcome(ctx: PodContext, container_id: str) -> tuple[int | None, floa
     StopContainer can return before the status says so: containerd 1.6 answers at once when
     the task is already gone (a process that exited on its own, e.g. from its preStop hook),
     while its exit handler, which deletes the task before it records the exit, has not yet
-    recorded it. So the status is read again, briefly, until it shows the exit."""
+    recorded it. So a status still saying running is read again, briefly, until it shows the
+    exit; any other state (a container created and never started) has no exit to wait for."""
     with anyio.move_on_after(OUTCOME_WAIT_SECONDS):
         while True:
             try:
@@ -175,5 +176,7 @@ async def _outcome(ctx: PodContext, container_id: str) -> tuple[int | None, floa
                 return None, None
             if status.state == t.ContainerState.CONTAINER_EXITED:
                 return status.exit_code, status.finished_at / 1e9 if status.finished_at else None
+            if status.state != t.ContainerState.CONTAINER_RUNNING:
+                return None, None
             await anyio.sleep(OUTCOME_POLL_SECONDS)
     return None, None

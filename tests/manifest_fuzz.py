@@ -406,10 +406,10 @@ class watching_logs:
 AGENT_TASKS = frozenset({"source:file", "dispatcher", "status", "pleg"})
 RUNTIME_REQUEST_TIMEOUT_SECONDS = 20.0
 """The agent's runtimeRequestTimeout (the kubelet's default is 2 min): a call the runtime never
-answers ends within a round's settle time. runc 1.1.5 under containerd 2.4 never answers the
-StartContainer of a container whose executable name is 100 kB long; the kubelet, like the agent,
-gets DEADLINE_EXCEEDED when the timeout ends it (StartError, exit 128), and the fuzzer makes
-such names."""
+answers ends within a round's settle time. containerd 2.4.2 (with devenv's runc 1.5.3) never
+answers the StartContainer of a container whose executable name is 100 kB long; the kubelet,
+like the agent, gets DEADLINE_EXCEEDED when the timeout ends it (StartError, exit 128), and the
+fuzzer makes such names."""
 SETTLED = {PodState.RUNNING, PodState.COMPLETED, PodState.REJECTED, PodState.TERMINATED}
 RETRYING = {"PodWaiting", "StageFailed"}
 

@@ -587,3 +587,25 @@ async def test_the_longest_valid_names_neither_stop_the_agent_nor_loop_on_except
             assert len(log_dir.name) == MAX_NAME_BYTES and HASH_MARK in log_dir.name
             assert list(log_dir.iterdir()), "the container logs where the sandbox's log directory says"
     assert not watch.problems, watch.problems
+
+
+async def test_an_executable_name_no_file_can_have_waits_with_a_config_error(containerd: Any, tmp_path: Path) -> None:
+    """containerd 2.4 never answers the StartContainer of a 100 kB executable name (found by the
+    manifest fuzzer): the container waits with CreateContainerConfigError and says why, no
+    runtime call is made for it, and deleting the pod removes it at once."""
+    async with running_agent(containerd, tmp_path) as env:
+        doc = pod_manifest("long", restartPolicy="Never")
+        doc["spec"]["containers"][0]["command"] = ["y" * 100_000]
+        env.write("long.yaml", doc)
+
+        async def config_error() -> dict[str, Any] | None:
+            statuses = env.status_of("long").get("containerStatuses") or [{}]
+            waiting = statuses[0].get("state", {}).get("waiting", {})
+            return waiting if waiting.get("reason") == "CreateContainerConfigError" else None
+
+        waiting = await wait_for(config_error, 30, "CreateContainerConfigError")
+        assert "100000 bytes long" in waiting["message"] and "cannot be started" in waiting["message"]
+        _, containers = await runtime_objects(env.client, env.node)
+        assert not containers  # nothing created: the runtime was never asked
+        env.remove("long.yaml")
+        await env.wait_empty(20)

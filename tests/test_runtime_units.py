@@ -16,6 +16,7 @@ from nodeagent.model import Pod
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 from nodeagent.terminationmessage import create_message_file, read_message
 from plugins.runtime.backoff import Backoff
+from plugins.runtime.container import ContainerConfigError, container_config
 from plugins.runtime.events import ContainerKilled
 from plugins.runtime.plan import plan
 from plugins.runtime.sync import go_duration
@@ -269,3 +270,15 @@ async def test_killing_a_container_that_never_started_does_not_wait_for_an_exit(
     await kill(ctx, [Victim("c1", "main")], grace=10, reason="Killing")
     (killed,) = [e for e in ctx.events if isinstance(e, ContainerKilled)]
     assert killed.exit_code is None and killed.finished_at is None and runtime.reads == 1
+
+
+def test_a_command_whose_executable_name_no_file_can_have_is_a_config_error() -> None:
+    def with_command(*command: str) -> Pod:
+        return Pod.model_validate({"metadata": {"name": "p", "uid": "u1"}, "spec": {
+            "containers": [{"name": "main", "image": "busybox", "command": list(command)}]}})
+
+    long_name = with_command("y" * 100_000, "-c")
+    with pytest.raises(ContainerConfigError, match="100000 bytes long.*cannot be started"):
+        container_config(long_name, long_name.spec.containers[0], 0, "sha256:x", "n1")
+    fine = with_command("/bin/" + "y" * 4000, "y" * 100_000)  # an argument may be long
+    assert container_config(fine, fine.spec.containers[0], 0, "sha256:x", "n1").command[0].startswith("/bin/y")

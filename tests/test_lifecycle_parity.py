@@ -497,8 +497,10 @@ async def test_post_start_hooks(containerd: Any, tmp_path: Path) -> None:
                       pod("exec", [ctr("first", wait_file, lifecycle={"postStart": {"exec": {
                           "command": ["sh", "-c", "sleep 2; touch /tmp/ps"]}}}), ctr("second", "true")],
                           restartPolicy="Never"),
-                      pod("slow", [ctr("main", "sleep 3; exit 1", lifecycle={"postStart": {"exec": {
-                          "command": ["sh", "-c", "sleep 2"]}}})]),
+                      # The hook's 4 s are the window in which a restarted instance shows running
+                      # but not started: wide enough for a status under CI load.
+                      pod("slow", [ctr("main", "sleep 6; exit 1", lifecycle={"postStart": {"exec": {
+                          "command": ["sh", "-c", "sleep 4"]}}})]),
                       pod("failing", [ctr("main", UNTIL_TERM, lifecycle={"postStart": {"exec": {
                           "command": ["sh", "-c", "exit 1"]}}})]),
                       pod("http", [ctr("main", UNTIL_TERM, lifecycle={

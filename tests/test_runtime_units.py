@@ -1,5 +1,6 @@
 """Unit tests of the runtime stage's pure parts: the planner (computePodActions), the back-off,
-getPhase, Go durations and termination-message reading. The end-to-end behaviour is in
+getPhase, Go durations, termination-message reading, the container config's refusals, and what
+a kill reports (against a scripted runtime). The end-to-end behaviour is in
 test_lifecycle_parity.py, against the real containerd."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 import structlog
@@ -25,10 +25,6 @@ from nodeagent import events as ev
 from nodeagent.admission import AdmissionCycle
 from nodeagent.apiclient import make_api_client
 from nodeagent.bus import TOPOLOGY, Bus, consume
-from nodeagent.certificates.client import ClientCertificates
-from nodeagent.certificates.client import prepare as prepare_client_certificates
-from nodeagent.certificates.manager import CertificateManager
-from nodeagent.certificates.serving import serving_certificates
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.cluster import ClusterMode
 from nodeagent.cluster.node import node_labels
@@ -59,6 +55,13 @@ from nodeagent.status import FileSink, StatusSink, StatusWriter
 from nodeagent.supervisor import Supervisor
 from nodeagent.trace import Trace
 from nodeagent.worker import Services
+
+if TYPE_CHECKING:
+    # Imported where they are used: certificates need `cryptography` (about 10 MiB of RSS and
+    # 50 modules), which an agent without an API server never uses.
+    from nodeagent.certificates.client import ClientCertificates
+    from nodeagent.certificates.manager import CertificateManager
+
 
 log = structlog.get_logger("nodeagent")
 _EVENT_LOG = structlog.get_logger("nodeagent.events")
@@ -235,9 +238,12 @@ class Agent:
                                 node_event=self.cluster.events.record_node if self.cluster is not None else None)
         if certificates is not None and certificates.manager is not None:
             certificates.manager.api = lambda: self.api  # renewals go through the node's own client
-        self.serving = (serving_certificates(config, self.node, lambda: self.api, self.clock)
-                        if self.api is not None and kubelet.server_tls_bootstrap else None)
+        self.serving: CertificateManager | None = None
         """serverTLSBootstrap: the kubelet API's certificate from kubernetes.io/kubelet-serving CSRs."""
+        if self.api is not None and kubelet.server_tls_bootstrap:
+            from nodeagent.certificates.serving import serving_certificates
+
+            self.serving = serving_certificates(config, self.node, lambda: self.api, self.clock)
         self.pipeline: Pipeline | None = None
         self.dispatcher: Dispatcher | None = None
         self.services: Services | None = None
@@ -583,6 +589,8 @@ async def run_forever(config: AgentConfig, verbose: bool = False) -> None:
     ``rotateCertificates``) the node's client certificate is had first (TLS bootstrap)."""
     certificates = None
     if config.kubeconfig is not None:
+        from nodeagent.certificates.client import prepare as prepare_client_certificates
+
         certificates = await prepare_client_certificates(
             kubeconfig=config.kubeconfig, bootstrap_kubeconfig=config.flags.bootstrap_kubeconfig,
             cert_dir=config.flags.pki_dir, node_name=config.node_name, rotate=config.kubelet.rotate_certificates)

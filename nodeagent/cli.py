@@ -127,10 +127,17 @@ def _run(config: Any, *, verbose: bool) -> int:
 
     from nodeagent import logs
     from nodeagent.agent import run_forever
-    from nodeagent.certificates.client import BootstrapError
     from nodeagent.config import ConfigError
     from nodeagent.errors import PluginError
     from nodeagent.nodeip import NodeIPError
+
+    # Only an agent with an API server bootstraps certificates (and needs `cryptography`, about
+    # 10 MiB of RSS): a standalone agent does not import them.
+    startup_errors: tuple[type[Exception], ...] = (ConfigError, NodeIPError)
+    if config.kubeconfig is not None:
+        from nodeagent.certificates.client import BootstrapError
+
+        startup_errors = (*startup_errors, BootstrapError)
 
     verbose = verbose or config.kubelet.logging.verbosity >= 4
     logs.configure(config.log_format, logging.DEBUG if verbose else logging.INFO)
@@ -139,7 +146,7 @@ def _run(config: Any, *, verbose: bool) -> int:
     except PluginError as exc:
         print(f"nodeagent: plugin configuration error: {exc}", file=sys.stderr)
         return 2
-    except (ConfigError, NodeIPError, BootstrapError) as exc:  # e.g. a kubelet API without authentication
+    except startup_errors as exc:  # e.g. a kubelet API without authentication
         print(f"nodeagent: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -26,7 +26,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
@@ -37,8 +37,6 @@ from anyio.streams.tls import TLSAttribute, TLSStream
 from cri import CriError, RuntimeClient
 from cri import types as t
 from nodeagent import logreader as lr
-from nodeagent.certificates.manager import CertificateManager
-from nodeagent.certificates.store import Pair
 from nodeagent.config import AgentConfig
 from nodeagent.events import PodRef
 from nodeagent.kubeletserver import authn, authz, containerlogs, nodestats, streams
@@ -50,6 +48,10 @@ from nodeagent.model import Pod
 from nodeagent.pleg import Relister
 from nodeagent.stages import NodeInfo
 from nodeagent.status import StatusWriter
+
+if TYPE_CHECKING:  # only their types: `cryptography` is imported when a certificate is managed
+    from nodeagent.certificates.manager import CertificateManager
+    from nodeagent.certificates.store import Pair
 
 log = structlog.get_logger("nodeagent.kubeletserver")
 

@@ -9,7 +9,7 @@ import anyio
 
 from nodeagent import quantity
 from nodeagent.model import EmptyDirVolumeSource, Pod
-from nodeagent.mounttable import is_mount_point
+from nodeagent.mounttable import is_mount_point, mounts_under
 
 
 class MountError(RuntimeError):
@@ -51,4 +51,14 @@ async def unmount(path: Path) -> None:
         raise MountError(f"unmount of {path} failed: {result.stderr.decode(errors='replace').strip()}")
 
 
-__all__ = ["MountError", "mount_tmpfs", "tmpfs_size", "unmount"]
+async def unmount_under(directory: Path) -> list[Path]:
+    """Unmount everything at or below ``directory``, deepest first; the mounts that stayed. The
+    mount table is read again only when something was unmounted: each read renders the node's
+    whole table, and most pods' volume directories of a kind hold nothing."""
+    mounted = mounts_under(directory)
+    for mount_point in mounted:
+        await unmount(mount_point)
+    return mounts_under(directory) if mounted else []
+
+
+__all__ = ["MountError", "mount_tmpfs", "tmpfs_size", "unmount", "unmount_under"]

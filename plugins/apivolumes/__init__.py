@@ -44,7 +44,7 @@ from nodeagent.additions import CONTAINER_ADDITIONS, ApiEnv, ContainerAdditions,
 from nodeagent.kube.configdata import ObjectReader, ObjectUnavailable
 from nodeagent.kube.env import FieldError, PodFacts, container_env
 from nodeagent.model import EmptyDirVolumeSource, Volume, unhonoured_fields
-from nodeagent.mounttable import is_mount_point, mounts_under
+from nodeagent.mounttable import is_mount_point
 from nodeagent.objects import View, kinds
 from nodeagent.pluginconfig import PluginConfig
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
@@ -54,7 +54,7 @@ from nodeagent.volumeutil import SetupError
 from nodeagent.volumeutil.atomicwriter import DATA_DIR, write_atomically
 from nodeagent.volumeutil.mounts import MountConfigError, PreparedVolume, container_mounts
 from nodeagent.volumeutil.ownership import fs_group_of
-from nodeagent.volumeutil.tmpfs import MountError, mount_tmpfs, tmpfs_size, unmount
+from nodeagent.volumeutil.tmpfs import MountError, mount_tmpfs, tmpfs_size, unmount_under
 from plugins.apivolumes.envsources import resolve_env, uses_api
 from plugins.apivolumes.payload import (
     CONFIG_MAP,
@@ -317,10 +317,7 @@ class ApiVolumesStage(Prepare, Observe):
         # Found on disk and in the mount table, not remembered: this may be a restarted agent.
         for plugin in (CONFIG_MAP, SECRET, PROJECTED):
             directory = ctx.pod_dir / hostpaths.VOLUMES / plugin
-            mounted = mounts_under(directory)
-            for mount_point in mounted:
-                await unmount(mount_point)
-            left = mounts_under(directory) if mounted else []
+            left = await unmount_under(directory)
             if left:
                 ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])
                 continue

@@ -119,11 +119,12 @@ def container_config(pod: Pod, container: Container, attempt: int, image_ref: st
     # Command and args expand against the final environment; an empty command or args leaves
     # the image's ENTRYPOINT or CMD in place (the runtime merges them, as for the kubelet).
     command, args = expand_command(container, env)
-    if command and len(command[0].encode()) >= PATH_MAX:
+    name_bytes = len(command[0].encode()) if command else 0
+    if name_bytes >= PATH_MAX:
         # execve refuses such a name (ENAMETOOLONG), so no runtime could start it, and
         # containerd 2.4 never answers the StartContainer of one of 100 kB: the pod would hold
         # its worker for the whole runtimeRequestTimeout on every attempt.
-        raise ContainerConfigError(f"the command's executable name is {len(command[0].encode())} bytes long: "
+        raise ContainerConfigError(f"the command's executable name is {name_bytes} bytes long: "
                                    f"a file name has fewer than {PATH_MAX} (PATH_MAX), so it cannot be started")
     mounts = list(extra.mounts)
     etc_hosts = _hosts_mount(pod, facts, settings, mounts)

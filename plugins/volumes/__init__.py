@@ -31,14 +31,13 @@ from nodeagent.additions import CONTAINER_ADDITIONS, ContainerAdditions, VolumeB
 from nodeagent.kube.downward import downward_payload
 from nodeagent.kube.env import FieldError, PodFacts, container_env
 from nodeagent.model import DownwardAPIVolumeSource, Volume
-from nodeagent.mounttable import mounts_under
 from nodeagent.pluginconfig import NoConfig
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.volumeutil import SetupError
 from nodeagent.volumeutil.atomicwriter import write_atomically
 from nodeagent.volumeutil.mounts import MountConfigError, PreparedVolume, container_mounts
 from nodeagent.volumeutil.ownership import fs_group_of, set_volume_ownership
-from nodeagent.volumeutil.tmpfs import MountError, unmount
+from nodeagent.volumeutil.tmpfs import MountError, unmount_under
 from plugins.volumes import sources
 
 FAILED_MOUNT = "FailedMount"
@@ -147,10 +146,7 @@ class VolumesStage(Prepare, Observe):
         kept = False
         for plugin in (sources.EMPTY_DIR, sources.DOWNWARD_API):
             directory = ctx.pod_dir / hostpaths.VOLUMES / plugin
-            mounted = mounts_under(directory)
-            for mount_point in mounted:
-                await unmount(mount_point)
-            left = mounts_under(directory) if mounted else []
+            left = await unmount_under(directory)
             if left:
                 # Never delete into a mount: its contents are not ours to remove.
                 ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])

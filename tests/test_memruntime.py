@@ -40,7 +40,8 @@ pytestmark = pytest.mark.anyio
 TIMEOUT = 30.0
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z (stdout|stderr) (F|P) (.*)$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-UNTIL_TERM = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+UNTIL_TERM = ["sh", "-c", "trap 'exit 0' TERM; echo trap set; sleep 3600 & wait"]
+"""Exits 0 on SIGTERM once its trap is set: it says so in its log (:meth:`Runtime.trap_set`)."""
 
 
 @dataclass
@@ -96,6 +97,14 @@ class Runtime:
             await self.client.start_container(container_id)
         return container_id
 
+    async def trap_set(self, container_id: str, timeout: float = 10.0) -> None:
+        """Wait until an UNTIL_TERM container has set its trap: a SIGTERM that comes earlier,
+        with the shell still starting (a loaded machine), is ignored by PID 1."""
+        log_path = Path((await self.client.container_status(container_id)).log_path)
+        with anyio.fail_after(timeout):
+            while not (log_path.exists() and "trap set" in log_path.read_text()):
+                await anyio.sleep(0.02)
+
     async def exited(self, container_id: str, timeout: float = 10.0) -> t.ContainerStatus:
         with anyio.fail_after(timeout):
             while True:
@@ -147,6 +156,7 @@ async def test_sandbox_and_container_lifecycle(rt: Runtime) -> None:
     assert running.state == t.ContainerState.CONTAINER_RUNNING and running.started_at >= created.created_at
     assert running.annotations["container.note"] == "echoed"
     assert running.log_path == f"{config.log_directory}/main/0.log"
+    await rt.trap_set(container_id)
     await rt.client.stop_container(container_id, 10)
     stopped = await rt.client.container_status(container_id)
     assert stopped.state == t.ContainerState.CONTAINER_EXITED
@@ -239,7 +249,7 @@ async def test_pid_1_ignores_sigterm_unless_it_traps_it(rt: Runtime) -> None:
     sandbox_id, config = await rt.sandbox()
     plain = await rt.container(sandbox_id, config, ["sleep", "3600"], name="plain")
     trapping = await rt.container(sandbox_id, config, UNTIL_TERM, name="trapping")
-    await anyio.sleep(0.5)  # let the shell set its trap
+    await rt.trap_set(trapping)
     begin = time.monotonic()
     await rt.client.stop_container(trapping, 10)
     assert time.monotonic() - begin < 5

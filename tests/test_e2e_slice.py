@@ -31,8 +31,8 @@ RUN_TIMEOUT_SECONDS = 40 * 60  # the slice's ginkgo timeout is 30 min; bring-up 
 
 @pytest.fixture(scope="module")
 def slice_results() -> dict[str, dict[str, Any]]:
-    # e2e.test and the test images are built by `.ci/run` (cached); the runner builds what is
-    # missing too, so a developer's first run just takes longer.
+    # Built here when missing (`make deps` leaves them to this file): minutes on a fresh machine,
+    # beside the other worker's tests; a stamp check when cached.
     cpbuild.build(["e2e.test", "agnhost", "nonewprivs"])
     # Short: containerd's socket path under it must stay below 108 bytes.
     workdir = Path(tempfile.mkdtemp(prefix="na-e2e-", dir="/tmp"))

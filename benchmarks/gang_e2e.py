@@ -29,13 +29,16 @@ node, an image that cannot be pulled on a random node) and counts partial starts
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import re
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +64,21 @@ async def gang_run(c: GangCluster, nodes: int, gang: bool) -> dict[str, float]:
     out = {"created_to_running": last - g.created, "skew": last - min(starts),
            "bind_to_started": last - max(c.pods[m].bound for m in members)}
     if gang:
-        out["release"] = last - max(c.pods[m].voted for m in members)
+        last_vote = max(c.pods[m].voted for m in members)
+        out["release"] = last - last_vote
+        # Where the release goes: the coordinator's share (it sees the last vote, writes its
+        # record), then every node's (it sees the record, creates, starts).
+        recorded = [c.pods[m].record_seen for m in members if c.pods[m].record.get("status") == "True"]
+        seen = c.check_all_or_nothing(members, gang=gang)
+        if recorded:
+            out["vote_to_record"] = min(recorded) - last_vote
+            out["record_to_created"] = max(s.created_at / 1e9 for s in seen) - min(recorded)
+        out["created_to_started"] = max((s.started_at - s.created_at) / 1e9 for s in seen)
+        commits = commit_seen(c, g.name)
+        if len(commits) == nodes:
+            out["vote_to_commit_everywhere"] = max(commits) - last_vote
+            out["commit_skew"] = max(commits) - min(commits)
+        out["created_skew"] = (max(s.created_at for s in seen) - min(s.created_at for s in seen)) / 1e9
     deleted = time.time()
     await c.delete_gang(g)
     await until(lambda: _all(lambda: c.quiet(members)), 120, lambda: f"the gang released: {c.held()}")
@@ -105,6 +122,48 @@ async def abort_run(c: GangCluster, nodes: int, broken: int, how: str = "driver"
     await until(lambda: _all(lambda: c.quiet(members)), 120, lambda: f"the aborted gang released: {c.held()}")
     assert not c.started(members), f"a member of an aborted gang ran: {c.started(members)}"
     return {"abort_to_released": released - decided}
+
+
+def commit_seen(c: GangCluster, gang: str) -> list[float]:
+    """When each node's agent followed the commit of ``gang`` (its "gang committed" log line):
+    what the barrier itself controls, before each node's container start."""
+    seen = []
+    for node in c.nodes:
+        try:
+            lines = node.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if '"gang committed"' not in line or f"/{gang}#" not in line:
+                continue
+            try:
+                stamp = json.loads(line)["timestamp"]
+            except (ValueError, KeyError):
+                continue
+            seen.append(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
+            break
+    return seen
+
+
+CRI_OPERATIONS = ("podsandbox_status", "image_status", "create_container", "start_container")
+
+
+async def cri_means(c: GangCluster) -> dict[str, float]:
+    """Mean seconds of the CRI calls on a member's start path, over every node and the whole
+    run (the agents' kubelet_runtime_operations_duration_seconds): the runtime's share."""
+    sums = dict.fromkeys(CRI_OPERATIONS, 0.0)
+    counts = dict.fromkeys(CRI_OPERATIONS, 0.0)
+    pattern = re.compile(r'^kubelet_runtime_operations_duration_seconds_(sum|count)\{operation_type="(\w+)"\} (\S+)$')
+    for node in c.nodes:
+        try:
+            text = await node.metrics()
+        except OSError:
+            continue  # an agent that is down has no figures
+        for line in text.splitlines():
+            found = pattern.match(line)
+            if found and found.group(2) in sums:
+                (sums if found.group(1) == "sum" else counts)[found.group(2)] += float(found.group(3))
+    return {op: sums[op] / counts[op] for op in CRI_OPERATIONS if counts[op]}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -155,9 +214,14 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[st
             extra["elapsed"] = elapsed
             extra["device_violations"] = len(c.violations)
             extra["version"] = c.version
+            extra["cri"] = await cri_means(c)
     finally:
         await anyio.to_thread.run_sync(cp.stop)
-        shutil.rmtree(base, ignore_errors=True)
+        if args.keep:
+            print(f"kept: {base} (each node's agent.log under nodes/n*/, the control plane's logs under cp/)",
+                  flush=True)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
     return results, extra
 
 
@@ -179,7 +243,13 @@ def render(results: dict[str, list[float]], extra: dict[str, Any], meta: dict[st
     rows = [("Workload created → all containers running", "created_to_running", ""),
             ("scheduler's bind of the last member → all started", "bind_to_started", ""),
             ("last member prepared (vote in the API) → all started", "release", "≤ 1 s"),
+            ("· of which: last vote → the commit record seen in the API", "vote_to_record", ""),
+            ("· last vote → every node's agent followed the commit (its log)", "vote_to_commit_everywhere", ""),
+            ("· then: the record → the last member's container created (CRI)", "record_to_created", ""),
+            ("· create → start of a member's container, the slowest", "created_to_started", ""),
             ("start skew across nodes", "skew", "≤ 0.2 s"),
+            ("· skew of the agents following the commit (the barrier's own share)", "commit_skew", ""),
+            ("· skew of the containers' creation", "created_skew", ""),
             ("gang deleted → nothing held on any node", "delete_to_released", "")]
     for title, key, goal in rows:
         lines.append(f"| {title} | {cell('gang_' + key)} | {cell('plain_' + key)} | {goal} |")
@@ -191,6 +261,9 @@ def render(results: dict[str, list[float]], extra: dict[str, Any], meta: dict[st
                    f"{max(rss):.0f} MiB max. Device invariant violations (a GPU prepared for two claims at once): "
                    f"{extra['device_violations']}. Chaos: {extra['chaos_runs']} runs with a failure injected "
                    f"(driver or image pull, random node), partial starts: {extra['partial_starts']}.")]
+    if extra.get("cri"):
+        lines += ["", "CRI calls on a member's start path, mean over every node and run: " + ", ".join(
+            f"{op} {seconds * 1000:.0f} ms" for op, seconds in extra["cri"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -204,6 +277,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="the gang stage's timeoutSeconds (how long the abort runs hold the healthy members)")
     parser.add_argument("--append", type=Path, help="append the table to this Markdown file")
+    parser.add_argument("--keep", action="store_true", help="keep the run's directory (the agents' logs)")
     args = parser.parse_args(argv)
     load_before, begin = load_average(), time.monotonic()
     results, extra = anyio.run(run, args)

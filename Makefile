@@ -40,6 +40,7 @@ deps:
 deps-all: deps
 	$(PYTHON) -m controlplane build e2e.test agnhost nonewprivs
 	$(PYTHON) -m controlplane build csi-mock csi-sanity csi-attacher kubeadm
+	$(PYTHON) -m controlplane.metricsserver
 
 # A long-lived environment at /tmp/nodeagent-devenv; prints its CRI endpoint.
 env:

@@ -211,11 +211,17 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[st
                     # counted and said; the run goes on once that gang is gone from every node.
                     extra["unresolved"] += 1
                     print(f"chaos {i + 1}/{args.chaos}: {how} on node {broken}: UNRESOLVED {exc}", flush=True)
-                    await c.delete_gang(c.gangs[-1])
-                    await until(lambda: _all(c.quiet), 180, lambda: f"the unresolved gang released: {c.held()}")
                     if c.started(c.gangs[-1].members):  # one node is broken: no member may ever have run
                         extra["partial_starts"] += 1
                         print(f"chaos {i + 1}: PARTIAL START {c.started(c.gangs[-1].members)}", flush=True)
+                    await c.delete_gang(c.gangs[-1])
+                    try:
+                        await until(lambda: _all(c.quiet), 180, lambda: f"the unresolved gang released: {c.held()}")
+                    except TimeoutError as stuck:
+                        # Something stays held (a wedged agent): later runs would measure that, so
+                        # the chaos ends here and the figures so far are rendered.
+                        print(f"chaos stopped after run {i + 1}: {stuck}", flush=True)
+                        break
                     continue
                 extra["chaos_runs"] += 1
                 print(f"chaos {i + 1}/{args.chaos}: {how} on node {broken}: no partial start", flush=True)

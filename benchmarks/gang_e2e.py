@@ -145,6 +145,19 @@ def commit_seen(c: GangCluster, gang: str) -> list[float]:
     return seen
 
 
+async def print_bus_depths(c: GangCluster) -> None:
+    """Each agent's bus queues (nodeagent_bus_queue_depth): a subscriber that stopped consuming
+    shows as a full queue, and holds back every publisher behind it."""
+    for node in c.nodes:
+        try:
+            text = await node.metrics()
+        except OSError as exc:
+            print(f"  {node.name}: no metrics ({exc})", flush=True)
+            continue
+        depths = [line.split("{", 1)[1] for line in text.splitlines() if line.startswith("nodeagent_bus_queue_depth{")]
+        print(f"  {node.name}: bus queues {', '.join(depths) or '(none)'}", flush=True)
+
+
 CRI_OPERATIONS = ("podsandbox_status", "image_status", "create_container", "start_container")
 
 
@@ -211,6 +224,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[st
                     # counted and said; the run goes on once that gang is gone from every node.
                     extra["unresolved"] += 1
                     print(f"chaos {i + 1}/{args.chaos}: {how} on node {broken}: UNRESOLVED {exc}", flush=True)
+                    await print_bus_depths(c)
                     if c.started(c.gangs[-1].members):  # one node is broken: no member may ever have run
                         extra["partial_starts"] += 1
                         print(f"chaos {i + 1}: PARTIAL START {c.started(c.gangs[-1].members)}", flush=True)

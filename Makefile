@@ -11,10 +11,13 @@ PYTHON ?= python3
 # needs nothing before it. TEST_WORKERS pytest-xdist workers take whole files (a module's
 # fixtures are set up once): the tests mostly wait on runtimes and servers, so two workers on
 # two cores halve the suite's time (39 -> 20 min warm). TEST_WORKERS=0 runs in one process.
-# Every test that took 10 s or more is listed at the end: where the CI budget goes.
+# The tests marked `serial` (a synthetic load of their own on the agent) run alone afterwards,
+# so that two loads never add up; both runs must pass. Every test that took 10 s or more is
+# listed at the end of each: where the CI budget goes.
 TEST_WORKERS ?= 2
 test: deps
-	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=0 --durations-min=10 tests
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=0 --durations-min=10 tests
+	$(PYTHON) -m pytest -q -m serial --durations=0 --durations-min=10 tests
 
 # ruff (pyproject's [tool.ruff]) on everything, mypy --strict on the core and the CRI client.
 lint:

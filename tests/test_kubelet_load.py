@@ -28,7 +28,10 @@ from nodeagent.listener import ConnectionLimit, Slot, accept_loop
 from tests.agent_helpers import pod_manifest, running_agent, wait_for
 from tests.test_kubelet_server import _client_context, _exec_path, _free_port, _get, _log_followers, _websocket
 
-pytestmark = pytest.mark.anyio
+# serial: each test loads the agent on purpose (thousands of connections, hundreds of log
+# followers) and asserts that it still serves; beside another worker's tests the two loads add
+# up, and a fresh client once waited 30 s for its TLS handshake. `make test` runs these alone.
+pytestmark = [pytest.mark.anyio, pytest.mark.serial]
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
 import statistics
 import sys
@@ -45,7 +44,7 @@ from typing import Any
 import anyio
 
 from benchmarks.gang_cluster import GangCluster, gang_cluster, private_runtimes, until
-from benchmarks.pod_start import git_description, load_average
+from benchmarks.pod_start import git_description, histogram, load_average, parse_metrics
 from controlplane import ControlPlane
 from devenv.images import BUSYBOX_IMAGE
 
@@ -59,7 +58,8 @@ async def gang_run(c: GangCluster, nodes: int, gang: bool) -> dict[str, float]:
     members = list(g.members)
     await until(lambda: _all(lambda: len(c.started(members)) == nodes), 180, "every member's container started")
     await anyio.sleep(0.3)
-    starts = [s.started_at / 1e9 for s in c.check_all_or_nothing(members, gang=gang)]
+    seen = c.check_all_or_nothing(members, gang=gang)
+    starts = [s.started_at / 1e9 for s in seen]
     last = max(starts)
     out = {"created_to_running": last - g.created, "skew": last - min(starts),
            "bind_to_started": last - max(c.pods[m].bound for m in members)}
@@ -69,7 +69,6 @@ async def gang_run(c: GangCluster, nodes: int, gang: bool) -> dict[str, float]:
         # Where the release goes: the coordinator's share (it sees the last vote, writes its
         # record), then every node's (it sees the record, creates, starts).
         recorded = [c.pods[m].record_seen for m in members if c.pods[m].record.get("status") == "True"]
-        seen = c.check_all_or_nothing(members, gang=gang)
         if recorded:
             out["vote_to_record"] = min(recorded) - last_vote
             out["record_to_created"] = max(s.created_at / 1e9 for s in seen) - min(recorded)
@@ -154,7 +153,8 @@ async def print_bus_depths(c: GangCluster) -> None:
         except OSError as exc:
             print(f"  {node.name}: no metrics ({exc})", flush=True)
             continue
-        depths = [line.split("{", 1)[1] for line in text.splitlines() if line.startswith("nodeagent_bus_queue_depth{")]
+        depths = [f"{labels} {value:g}" for (name, labels), value in parse_metrics(text).items()
+                  if name == "nodeagent_bus_queue_depth"]
         print(f"  {node.name}: bus queues {', '.join(depths) or '(none)'}", flush=True)
 
 
@@ -166,16 +166,15 @@ async def cri_means(c: GangCluster) -> dict[str, float]:
     run (the agents' kubelet_runtime_operations_duration_seconds): the runtime's share."""
     sums = dict.fromkeys(CRI_OPERATIONS, 0.0)
     counts = dict.fromkeys(CRI_OPERATIONS, 0.0)
-    pattern = re.compile(r'^kubelet_runtime_operations_duration_seconds_(sum|count)\{operation_type="(\w+)"\} (\S+)$')
     for node in c.nodes:
         try:
-            text = await node.metrics()
+            samples = parse_metrics(await node.metrics())
         except OSError:
             continue  # an agent that is down has no figures
-        for line in text.splitlines():
-            found = pattern.match(line)
-            if found and found.group(2) in sums:
-                (sums if found.group(1) == "sum" else counts)[found.group(2)] += float(found.group(3))
+        for op in CRI_OPERATIONS:
+            found = histogram(samples, "kubelet_runtime_operations_duration_seconds", f'operation_type="{op}"')
+            sums[op] += found["sum"]
+            counts[op] += found["count"]
     return {op: sums[op] / counts[op] for op in CRI_OPERATIONS if counts[op]}
 
 

@@ -58,7 +58,7 @@ def test_namespace_and_configmap(control_plane: ControlPlane) -> None:
         if sa.returncode == 0 and ca.returncode == 0:
             break
         if time.monotonic() > deadline:
-            kcm = (control_plane.log_dir / "kube-controller-manager.log").read_text(errors="replace")
+            kcm = control_plane.log_file("kube-controller-manager").read_text(errors="replace")
             raise AssertionError(f"{sa.stderr}{ca.stderr}kube-controller-manager's log ends:\n"
                                  + "\n".join(kcm.splitlines()[-30:]))
         time.sleep(0.3)

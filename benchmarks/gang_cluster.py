@@ -180,6 +180,15 @@ class Node:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
 
+    def dump_tasks(self) -> None:
+        """SIGUSR1: the agent writes where each of its tasks waits under its root's debug/
+        (nodeagent.taskdump) and runs on."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+
+    def task_dumps(self) -> list[Path]:
+        return sorted((self.base / "root" / "debug").glob("tasks-*.txt"))
+
     def stop_agent(self, timeout: float = 30) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return

@@ -158,6 +158,17 @@ async def print_bus_depths(c: GangCluster) -> None:
         print(f"  {node.name}: bus queues {', '.join(depths) or '(none)'}", flush=True)
 
 
+async def print_task_dumps(c: GangCluster) -> None:
+    """Ask every agent where its tasks wait (SIGUSR1) and say where each wrote it."""
+    before = {node.name: set(node.task_dumps()) for node in c.nodes}
+    for node in c.nodes:
+        node.dump_tasks()
+    await anyio.sleep(2)
+    for node in c.nodes:
+        fresh = [str(p) for p in node.task_dumps() if p not in before[node.name]]
+        print(f"  {node.name}: task dump {', '.join(fresh) or '(none written)'}", flush=True)
+
+
 CRI_OPERATIONS = ("podsandbox_status", "image_status", "create_container", "start_container")
 
 
@@ -224,6 +235,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[st
                     extra["unresolved"] += 1
                     print(f"chaos {i + 1}/{args.chaos}: {how} on node {broken}: UNRESOLVED {exc}", flush=True)
                     await print_bus_depths(c)
+                    await print_task_dumps(c)
                     if c.started(c.gangs[-1].members):  # one node is broken: no member may ever have run
                         extra["partial_starts"] += 1
                         print(f"chaos {i + 1}: PARTIAL START {c.started(c.gangs[-1].members)}", flush=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -595,13 +596,57 @@ async def run_forever(config: AgentConfig, verbose: bool = False) -> None:
             kubeconfig=config.kubeconfig, bootstrap_kubeconfig=config.flags.bootstrap_kubeconfig,
             cert_dir=config.flags.pki_dir, node_name=config.node_name, rotate=config.kubelet.rotate_certificates)
     agent = Agent(config, verbose=verbose, certificates=certificates)
+    running = anyio.CancelScope()
+
+    async def run_agent() -> None:
+        with running:
+            await agent.run()
+        tg.cancel_scope.cancel()  # the agent is down: stop listening for signals
+
+    async def give_up_after(seconds: float, why: str) -> None:
+        await anyio.sleep(seconds)
+        _exit_stuck(config.root_dir, why)
+
     async with anyio.create_task_group() as tg:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            tg.start_soon(agent.run)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) as signals:
+            tg.start_soon(run_agent)
             async for signum in signals:
-                log.info("stopping; pods keep running", signal=signal.Signals(signum).name)
-                tg.cancel_scope.cancel()
-                break
+                name = signal.Signals(signum).name
+                if signum == signal.SIGUSR1:
+                    _dump_tasks(config.root_dir, "SIGUSR1")
+                elif not running.cancel_called:
+                    log.info("stopping; pods keep running", signal=name)
+                    running.cancel()
+                    tg.start_soon(give_up_after, SHUTDOWN_TIMEOUT_SECONDS,
+                                  f"the agent did not stop within {SHUTDOWN_TIMEOUT_SECONDS:g}s of {name}")
+                else:
+                    _exit_stuck(config.root_dir, f"{name} again while stopping")
+
+
+SHUTDOWN_TIMEOUT_SECONDS = 30.0
+"""How long stopping may take (it leaves pods running: only connections and files close)
+before the agent writes a task dump and exits anyway, as a second SIGTERM/SIGINT makes it do
+at once. A stop that hangs is a bug; the dump says where."""
+
+
+def _dump_tasks(root_dir: Path, why: str) -> Path | None:
+    from nodeagent import taskdump
+
+    try:
+        path = taskdump.write_dump(root_dir, why)
+    except Exception as exc:  # noqa: BLE001 - a diagnostic must never be what stops the agent
+        log.error("cannot write the task dump", why=why, error=f"{type(exc).__name__}: {exc}")
+        return None
+    log.warning("task dump written", why=why, path=str(path))
+    return path
+
+
+def _exit_stuck(root_dir: Path, why: str) -> None:
+    _dump_tasks(root_dir, why)
+    log.error("exiting without a clean stop", why=why)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(1)
 
 
 __all__ = ["Agent", "run_forever", "node_allocatable", "Path"]

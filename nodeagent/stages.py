@@ -376,6 +376,18 @@ class Start(Stage):
     async def stop(self, ctx: PodContext, grace_period: float) -> None:
         """Stop the containers within ``grace_period`` seconds. Idempotent; shielded."""
 
+    async def create_ahead(self, ctx: PodContext) -> None:
+        """Optional: create the containers the start phase would start first, without starting
+        any, so that the permit's release has only to start them.
+
+        Called: once per pod, when permit first answers WAIT (a gang member at its barrier),
+        after every prepare stage; in profile order. The pod may be released instead of started:
+        its stop and cleanup then remove what this made. Must never start a container (one
+        started before the barrier lets go is a partial start). Best-effort: a failure is
+        logged and left to ``start``, which creates what is missing. Cancelled with the setup.
+        """
+        return None
+
 
 class Observe(Stage):
     through_termination: ClassVar[bool] = False

@@ -429,6 +429,7 @@ class PodWorker:
         result = await self._phase_with_retry(Phase.PREPARE)
         if result.verdict is Verdict.REJECT:
             return result
+        created_ahead = False
         while True:
             self.permit_wake = anyio.Event()
             result = await self._run_phase(Phase.PERMIT)
@@ -437,12 +438,30 @@ class PodWorker:
             self._to(Trigger.WAIT)
             await self._emit(ev.PodWaiting(phase="permit", reason=result.reason, message=result.message,
                                            retry_after_seconds=result.retry_after))
+            if not created_ahead:
+                # While the barrier holds, so that its release has only containers to start (a
+                # wake meanwhile is kept by permit_wake and answered below at once).
+                created_ahead = True
+                await self._create_ahead()
             with anyio.move_on_after(result.retry_after if result.retry_after is not None else 1.0):
                 await self.permit_wake.wait()
         if result.verdict is Verdict.REJECT:
             return result
         self._to(Trigger.PERMIT)
         return await self._phase_with_retry(Phase.START)
+
+    async def _create_ahead(self) -> None:
+        """Each start stage's create_ahead (nodeagent.stages.Start): best-effort, as its
+        contract says; ``start`` makes whatever this did not."""
+        async with self.services.setup_slots:
+            for stage in self.services.pipeline[Phase.START]:
+                if not isinstance(stage, Start):
+                    continue
+                try:
+                    await stage.create_ahead(StageContext(self, stage.name))
+                except Exception as exc:  # noqa: BLE001 - left to the start phase, which reports it
+                    self.log.warning("creating containers ahead of the start failed; the start creates them",
+                                     stage=stage.name, error=f"{type(exc).__name__}: {exc}")
 
     @property
     def pod_dir(self) -> Path:

@@ -86,6 +86,10 @@ class RuntimeMonitor:
         pods = {f"{n}-{env.node}" for n in names}
         return [s for s in self.seen.values() if s.pod in pods]
 
+    def started(self, env: AgentEnv, names: Iterable[str]) -> list[Seen]:
+        """Containers the runtime showed started (a member's are created ahead while it waits)."""
+        return [s for s in self.of(env, names) if s.started_at]
+
 
 @asynccontextmanager
 async def monitored(env: AgentEnv) -> AsyncIterator[RuntimeMonitor]:
@@ -109,6 +113,12 @@ async def sandboxes_of(env: AgentEnv, names: Iterable[str]) -> list[t.PodSandbox
     pods = {f"{n}-{env.node}" for n in names}
     sandboxes, _ = await runtime_objects(env.client, env.node)
     return [s for s in sandboxes if s.labels.get(L.POD_NAME) in pods]
+
+
+async def containers_of(env: AgentEnv, names: Iterable[str]) -> list[t.Container]:
+    pods = {f"{n}-{env.node}" for n in names}
+    _, containers = await runtime_objects(env.client, env.node)
+    return [c for c in containers if c.labels.get(L.POD_NAME) in pods]
 
 
 def waiting_reasons(env: AgentEnv, name: str) -> set[str]:
@@ -140,7 +150,15 @@ async def test_four_members_start_together_others_are_not_held_and_latecomers_st
         # Phase one is done for them (a ready sandbox each) and phase two has not begun.
         ready = [s for s in await sandboxes_of(env, gang[:3]) if s.state == t.PodSandboxState.SANDBOX_READY]
         assert len(ready) == 3
-        assert monitor.of(env, gang) == []
+        # Their first containers are created ahead, none started: the commit only starts them.
+        expected = {(f"w1-{env.node}", "main"), (f"w2-{env.node}", "init"), (f"w3-{env.node}", "main")}
+
+        async def created_ahead() -> bool:
+            await monitor.poll()
+            return {(s.pod, s.container) for s in monitor.of(env, gang)} == expected
+
+        await wait_for(created_ahead, 30, f"containers created ahead: {expected}")
+        assert monitor.started(env, gang) == []
         assert env.status_of("w1")["phase"] == "Pending"
         conditions = {c["type"]: c for c in env.status_of("w1")["conditions"]}
         assert conditions["gang.nodeagent.io/Prepared"]["status"] == "True"
@@ -148,7 +166,7 @@ async def test_four_members_start_together_others_are_not_held_and_latecomers_st
         # A pod of no gang is admitted and started while the gang waits.
         env.write("solo.yaml", pod_manifest("solo"))
         await env.wait_running("solo", 60)
-        assert monitor.of(env, gang) == []
+        assert monitor.started(env, gang) == []
         assert all(waiting_reasons(env, n) == {"WaitingForGang"} for n in gang[:3])
 
         env.write("w4.yaml", member("w4", "train", 4))
@@ -219,9 +237,10 @@ async def test_a_member_that_cannot_be_admitted_aborts_the_gang_and_nothing_star
         await wait_for(released, 60, "the members' sandboxes removed and their reservations given back")
         admitted = {p.uid for p in env.agent.dispatcher._services.admission.admitted}  # type: ignore[union-attr]
         assert not admitted & set(uids)
-        # ... and the runtime never held a container of any member, not even briefly.
+        # ... no container of any member ever started, and none is left.
         await anyio.sleep(0.2)
-        assert monitor.of(env, gang) == []
+        assert monitor.started(env, gang) == []
+        assert await containers_of(env, gang) == []
         assert stage.metrics.decisions["abort"] == 1
         assert stage.metrics.partial_starts == 0
 
@@ -257,7 +276,10 @@ async def test_timeout_fails_and_releases_a_gang_that_never_assembles(containerd
             return not await sandboxes_of(env, present) and all(stage.gangs.member_of(uid) is None for uid in uids)
 
         await wait_for(released, 60, "the members' sandboxes removed and their reservations given back")
-        assert monitor.of(env, present) == []
+        # Their containers were created ahead while they waited; none started, none is left.
+        assert {s.container for s in monitor.of(env, present)} == {"main"}
+        assert monitor.started(env, present) == []
+        assert await containers_of(env, present) == []
         assert stage.metrics.decisions["timeout"] == 1
         assert stage.metrics.partial_starts == 0
         # The stage's series on the agent's /metrics.
@@ -297,7 +319,7 @@ async def test_a_kubernetes_scheduling_group_with_its_podgroup_beside_the_pods(c
         await wait_for(waiting, 60, "the first member waiting for its PodGroup's minCount")
         conditions = {c["type"] for c in env.status_of("a")["conditions"]}
         assert "nodeagent.io/UnhonouredFields" not in conditions  # spec.schedulingGroup is honoured
-        assert monitor.of(env, ["a"]) == []
+        assert monitor.started(env, ["a"]) == []
         env.write("b.yaml", pod_manifest("b", schedulingGroup={"podGroupName": "pair"}))
         await env.wait_running("a", 60)
         await env.wait_running("b", 60)

@@ -165,6 +165,10 @@ class Node:
     def seen(self, pods: Sequence[str]) -> list[Seen]:
         return [s for s in self.containers.values() if s.pod in pods]
 
+    def started(self, pods: Sequence[str]) -> list[Seen]:
+        """What started: a waiting member's containers are created ahead, not started."""
+        return [s for s in self.seen(pods) if s.started_at]
+
     def sandboxes_of(self, pods: Sequence[str]) -> list[tuple[str, int]]:
         return [v for v in self.sandboxes.values() if v[0] in pods]
 
@@ -373,7 +377,9 @@ async def test_eight_members_on_four_nodes_commit_only_when_all_are_prepared(
             assert status["phase"] == "Pending"
             assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "WaitingForGang"
             assert condition(pods[name], "PodReadyToStartContainers")["status"] == "True"
-        assert not [s for n in g.nodes for s in n.seen(members)], "a member started before the gang committed"
+        assert not [s for n in g.nodes for s in n.started(members)], "a member started before the gang committed"
+        # Created ahead on each member's node, so that the commit has only to start them.
+        assert {s.pod for n in g.nodes for s in n.seen(members)} == set(members[:7])
 
         await g.create(g.member(7, 3, podgroup=podgroup))
         pods = await g.wait_pods(members, running, 90, "all eight members Running")
@@ -428,7 +434,7 @@ async def test_a_node_that_rejects_its_member_aborts_the_gang_on_every_node(
         record = condition(pods[members[0]], COMMITTED)
         assert record["status"] == "False" and record["reason"] == "GangAborted"
 
-        # Released on every node: no sandbox left, and no container of any member ever existed.
+        # Released on every node: no sandbox left, and no container of any member ever started.
         async def released() -> bool:
             return all([not await n.live_sandboxes(members) for n in g.nodes])
 
@@ -436,7 +442,7 @@ async def test_a_node_that_rejects_its_member_aborts_the_gang_on_every_node(
         await anyio.sleep(0.3)
         for node in g.nodes:
             await node.poll()
-            assert not node.seen(members), f"{node.name} ran a container of an aborted gang"
+            assert not node.started(members), f"{node.name} ran a container of an aborted gang"
         text = await anyio.to_thread.run_sync(g.nodes[0].metrics)
         assert series(text, 'nodeagent_gang_coordinator_decisions_total{result="abort"}') == 1
         assert series(text, "nodeagent_gang_partial_start_total") == 0
@@ -464,7 +470,7 @@ async def test_the_coordinator_deleted_before_deciding_is_replaced_by_the_next_m
         for node in g.nodes:
             await node.poll()
         started_once(g.nodes, members[1:])
-        assert not g.nodes[0].seen([members[0]]), "the deleted coordinator ran a container"
+        assert not g.nodes[0].started([members[0]]), "the deleted coordinator ran a container"
 
 
 async def test_an_agent_killed_mid_barrier_and_restarted_starts_nothing_twice_and_nothing_partially(
@@ -482,7 +488,7 @@ async def test_an_agent_killed_mid_barrier_and_restarted_starts_nothing_twice_an
         assert not any(condition(p, COMMITTED) for p in pods.values())
         for node in g.nodes[1:]:
             await node.poll()
-        assert not [s for n in g.nodes for s in n.seen(members)], "started while the coordinator was down"
+        assert not [s for n in g.nodes for s in n.started(members)], "started while the coordinator was down"
 
         restarted = time.time_ns()
         await g.nodes[0].start(g.tg)
@@ -511,7 +517,7 @@ async def test_a_gang_that_never_assembles_across_nodes_times_out_and_releases(
             return all([not await n.live_sandboxes(members) for n in g.nodes])
 
         await wait_for(released, 60, "sandboxes removed")
-        assert not [s for n in g.nodes for s in n.seen(members)]
+        assert not [s for n in g.nodes for s in n.started(members)]
 
 
 async def test_members_outlive_a_dead_coordinator_by_their_votes_expiry_plus_grace(
@@ -542,4 +548,4 @@ async def test_members_outlive_a_dead_coordinator_by_their_votes_expiry_plus_gra
             return all([not await n.live_sandboxes(members) for n in g.nodes])
 
         await wait_for(released, 60, "sandboxes removed")
-        assert not [s for n in g.nodes for s in n.seen(members)]
+        assert not [s for n in g.nodes for s in n.started(members)]

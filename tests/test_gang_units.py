@@ -337,6 +337,23 @@ async def test_a_restarted_agent_recovers_the_commit_from_the_runtime() -> None:
     assert (await gang.permit(FakeContext(members[1]))).verdict is Verdict.CONTINUE  # type: ignore[arg-type]
 
 
+async def test_containers_created_ahead_are_no_commit_and_no_partial_start() -> None:
+    """A member's containers are created while it waits (Start.create_ahead): after an agent
+    restart, CREATED is not the commit's record, and an abort finding them is no partial start."""
+    gang, _ = stage()
+    members = [pod(f"m{i}", annotations=ours("g", 3)) for i in range(2)]
+    for m in members:
+        await admitted(gang, m)
+    ahead = ContainerRecord(id="c1", name="main", pod_uid=members[0].uid, sandbox_id="s", attempt=0,
+                            state="created", created_at=1)
+    ctx = FakeContext(members[0], observed=PodRuntime(uid=members[0].uid, containers=(ahead,)))
+    assert (await gang.permit(ctx)).verdict is Verdict.WAIT  # type: ignore[arg-type]
+    assert not [e for e in ctx.events if e.kind == "GangCommitted"]
+    await gang.unreserve(members[1])  # a member leaves: the gang aborts
+    assert (await gang.permit(ctx)).verdict is Verdict.REJECT  # type: ignore[arg-type]
+    assert gang.metrics.partial_starts == 0
+
+
 async def test_unknown_min_member_starts_alone_unless_strict() -> None:
     member = pod(labels={"scheduling.x-k8s.io/pod-group": "absent"})
     lenient, _ = stage()
@@ -782,7 +799,7 @@ def test_each_gang_fact_says_its_event() -> None:
     assert said(GangAborted(gang="ns/g", generation=1, reason="GangLocalAdmissionFailed", message="m")) is None
     assert said(GangPartialStartDetected(gang="ns/g", generation=1, containers=["main"])) == (
         "Warning", "GangPartialStart", "Gang ns/g (generation 1) aborted while containers main of this member "
-        "were in the runtime")
+        "had started")
     assert said(GangDecisionRecorded(gang="ns/g", generation=1, committed=True, reason="GangQuorumReached",
                                      message="gang ns/g: 2 of 2 members prepared (a, b)", votes=2, min_member=2)) == (
         "Normal", "GangQuorumReached", "Recorded the gang's commit as its coordinator (generation 1, 2 of 2 "

@@ -266,9 +266,10 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
         now = self._clock.monotonic()
         arrived = member.prepared_at is None
         if arrived:
-            if ctx.observed.containers:
-                # Only an agent restart gets here: containers are created after a commit, so
-                # their existence is the commit's record (the runtime is the checkpoint).
+            if _started(ctx):
+                # Only an agent restart gets here: containers are started only after a commit,
+                # so one that started is the commit's record (the runtime is the checkpoint).
+                # Created is not started: a member's containers are created ahead while it waits.
                 self._commit(gen, recovered=True)
                 return await self._release(ctx, gen, member, recovered=True)
             member.prepared_at = now
@@ -360,9 +361,9 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
         if member is not None and member.prepared_at is not None:
             self.metrics.barrier_wait.observe(self._clock.monotonic() - member.prepared_at,
                                               "timeout" if gen.reason == TIMEOUT else "abort")
-        # Runtime evidence, not bookkeeping: a member of an aborted gang with containers is a
-        # partial start, whoever started them.
-        containers = [c.name for c in ctx.observed.containers]
+        # Runtime evidence, not bookkeeping: a member of an aborted gang with a started
+        # container is a partial start, whoever started it (created ahead is not started).
+        containers = _started(ctx)
         if containers:
             self.metrics.partial_starts += 1
             await ctx.publish(GangPartialStartDetected(gang=str(gen.key), generation=gen.number,
@@ -463,6 +464,12 @@ class _Recording:
     def get(self, api_group: str, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
         self.asked.append((api_group, kind, namespace, name))
         return self._inner.get(api_group, kind, namespace, name)
+
+
+def _started(ctx: PodContext) -> list[str]:
+    """The member's containers that the runtime shows past CREATED: StartContainer was called
+    for them (running, exited, or whose state the runtime lost)."""
+    return [c.name for c in ctx.observed.containers if c.state != "created"]
 
 
 def _name(pod: Pod) -> str:

@@ -104,7 +104,7 @@ class GangAborted(Event):
 
 
 class GangPartialStartDetected(Event):
-    """A gang aborted while one of its members had containers in the runtime: the invariant the
+    """A gang aborted after containers of one of its members had started: the invariant the
     stage exists for was broken (by another stage starting containers without permit, for
     example). Its count must stay 0."""
 
@@ -116,7 +116,7 @@ class GangPartialStartDetected(Event):
     def kube_event(self) -> KubeEvent:
         return KubeEvent("Warning", PARTIAL_START,
                          f"Gang {self.gang} (generation {self.generation}) aborted while containers "
-                         f"{', '.join(self.containers)} of this member were in the runtime")
+                         f"{', '.join(self.containers)} of this member had started")
 
 
 class GangDecisionRecorded(Event):

@@ -273,6 +273,10 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             await self._sync.sync(ctx)
         return Result.ok()
 
+    async def create_ahead(self, ctx: PodContext) -> None:
+        if SANDBOX in ctx.stash:
+            await self._sync.create_ahead(ctx)
+
     async def stop(self, ctx: PodContext, grace_period: float) -> None:
         running = [c for c in await self._containers(ctx) if c.state == t.ContainerState.CONTAINER_RUNNING]
         victims = [victim(ctx.pod, c.id, c.labels.get(L.CONTAINER_NAME, ""), dict(c.annotations)) for c in running]

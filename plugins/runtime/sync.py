@@ -146,15 +146,9 @@ class Syncer:
         latest = step.latest
         name = step.container.name
         if step.resume is not None:
-            # Created but never started (the agent died in between): start that instance.
-            try:
-                await _start_container(ctx, step.resume.id)
-            except CriError as exc:
-                await _failed(ctx, name, "RunContainerError", str(exc.details or exc))
-                return 0.0
-            finally:
-                acted(ctx)
-            return await self._post_start(ctx, step, step.resume.id)
+            # Created but never started (created ahead at a barrier, or the agent died in
+            # between): start that instance.
+            return await self._start_created(ctx, step, step.resume.id)
         attempt = 0
         if latest is not None:
             attempt = max(c.attempt for c in ctx.observed.containers if c.name == name) + 1
@@ -211,6 +205,31 @@ class Syncer:
 
     async def _run(self, ctx: PodContext, step: Step, attempt: int, keep: str) -> float | None:
         """startContainer: config, create, start, postStart (kuberuntime_container.go)."""
+        created = await self._create(ctx, step, attempt, keep)
+        if not isinstance(created, str):
+            return created
+        return await self._start_created(ctx, step, created)
+
+    async def create_ahead(self, ctx: PodContext) -> None:
+        """Create, without starting, the containers the first pass would start: the first init
+        container, or every regular one (Start.create_ahead). Only for a pod that never ran a
+        container here: anything else (an agent restart, a restart) is the sync's to judge."""
+        runtime = await fresh(ctx)
+        if runtime.containers:
+            return
+        todo = plan(ctx.pod, runtime, since=restartall.reset_at(ctx.facts))
+        if todo.new_sandbox or todo.kill_pod:
+            return
+        for step in todo.starts:
+            if step.kind == "ephemeral":
+                continue
+            created = await self._create(ctx, step, 0, keep="")
+            if not isinstance(created, str) or step.blocking or step.kind == "sidecar":
+                break  # what comes after waits for this one to run (or to be retried by start)
+
+    async def _create(self, ctx: PodContext, step: Step, attempt: int, keep: str) -> str | float | None:
+        """The config and CreateContainer: the new container's id, or what ``_run`` returns
+        when it cannot be made (seconds until the next try)."""
         # Created with the allocated resources: a resize not accepted yet must not start here.
         pod = allocated_pod(ctx)
         container = next((c for c in pod.all_containers() if c.name == step.container.name), step.container)
@@ -282,6 +301,11 @@ class Syncer:
             acted(ctx)
         record_created(ctx, container_id, container)
         await ctx.publish(ContainerCreated(container=name, container_id=container_id, attempt=attempt))
+        return container_id
+
+    async def _start_created(self, ctx: PodContext, step: Step, container_id: str) -> float | None:
+        """StartContainer, then postStart; as ``_start`` returns."""
+        name = step.container.name
         try:
             await _start_container(ctx, container_id)
         except CriError as exc:

@@ -599,10 +599,11 @@ class GangCluster:
     def check_all_or_nothing(self, pods: Sequence[str], *, gang: bool = True) -> list[Seen]:
         """Runtime evidence: either no member container ever started on any node, or every
         member's did, each once (one container instance, attempt 0), none before the last member's
-        sandbox existed (``gang``; plain pods start as they come). Returns the starts."""
+        sandbox existed (``gang``; plain pods start as they come). Returns the starts. (A member
+        waiting at the barrier has its containers created ahead: created is not started.)"""
         seen = [s for n in self.nodes for s in n.seen(pods)]
         started = [s for s in seen if s.started_at]
-        if not seen:
+        if not started:
             return []
         per_pod: dict[str, list[Seen]] = {}
         for s in seen:

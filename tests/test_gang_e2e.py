@@ -268,12 +268,22 @@ async def test_a_driver_that_fails_to_prepare_on_one_node_starts_no_member_anywh
     await until(lambda: _true(c.quiet(healthy)), 30,
                 lambda: f"the healthy members' devices and sandboxes released: {c.held()}")
     pod = c.pods[stuck[0]].pod
-    assert pod["status"]["phase"] == "Pending" and pod["status"].get("reason") == "FailedPrepareDynamicResources", \
-        pod["status"]
+    if coordinator == "broken":
+        # No record was written (its coordinator never prepared): the stuck member keeps
+        # retrying its preparation, Pending with the DRA reason, until the driver recovers.
+        assert pod["status"]["phase"] == "Pending" and \
+            pod["status"].get("reason") == "FailedPrepareDynamicResources", pod["status"]
+    else:
+        # The coordinator's abort record reaches the broken node too: its member, still retrying
+        # its preparation, is failed by the abort at once, and its node released, while the
+        # driver still fails.
+        await until(_failed(c, stuck), 30, "the stuck member failed by the gang's abort")
+        assert broken.driver.fail == "prepare"
+        await until(lambda: _true(c.quiet(stuck)), 30, lambda: f"the stuck member's node released: {c.held()}")
     assert not c.started(members), "a member ran while another could not prepare its devices"
 
-    # The driver recovers: the stuck member prepares, reaches the barrier, finds the gang
-    # ended, and fails too; its claim is unprepared.
+    # The driver recovers: a stuck member prepares, reaches the barrier, finds the gang ended,
+    # and fails too; its claim is unprepared.
     broken.driver.fail = "none"
     await until(_failed(c, stuck), 60, "the stuck member failed at the barrier")
     assert c.pods[stuck[0]].reason in ("GangAborted", "GangAdmissionTimeout"), c.pods[stuck[0]].message
@@ -390,7 +400,8 @@ async def test_a_member_deleted_after_the_gang_started_leaves_the_others_running
 async def test_an_image_that_cannot_be_pulled_on_one_node_starts_no_member(cluster: GangCluster) -> None:
     """(e) One member's image cannot be pulled on its node (ErrImagePull, retried with back-off):
     it never reaches the barrier, no member's container starts anywhere, the others are released
-    within the gang's bound, and deleting the gang leaves nothing on any node."""
+    within the gang's bound; the abort fails the member still pulling too (no wait for its
+    pull to end), and deleting the gang leaves nothing on any node."""
     c = cluster
     good, bad = c.nodes[0], c.nodes[1]
     gang = await c.create_gang(NODES, on={0: good.name}, create=0)
@@ -402,14 +413,18 @@ async def test_an_image_that_cannot_be_pulled_on_one_node_starts_no_member(clust
     await until(_failed(c, members[:1]), TIMEOUT + 30, "the good node's member released")
     assert c.pods[members[0]].reason == "GangAdmissionTimeout", c.pods[members[0]].message
     await until(lambda: _true(c.quiet(members[:1])), 30, lambda: f"the good node released: {c.held()}")
-    waiting = c.pods[members[1]].pod["status"]["containerStatuses"][0]["state"].get("waiting", {})
-    assert waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff"), waiting
+    # The member still pulling is failed by the abort (the record reached its node), not left
+    # to hold its node until its pull ends.
+    await until(_failed(c, members[1:]), 30, "the member still pulling failed by the abort")
+    assert c.pods[members[1]].reason == "GangAdmissionTimeout", c.pods[members[1]].message
+    await until(lambda: _true(c.quiet(members[1:])), 30, lambda: f"the bad node released: {c.held()}")
     # The good member's Events: it waited, its agent (the coordinator's) recorded the timeout, it
-    # was released; the member that never prepared has no gang Event (its own say ErrImagePull).
+    # was released; the member that never prepared was released (its own Events say ErrImagePull).
     events = await _gang_events(c, {members[0]: ["WaitingForGang", "GangAdmissionTimeout", "GangAdmissionTimeout"],
-                                    members[1]: []})
+                                    members[1]: ["GangAdmissionTimeout"]})
     assert sorted(e["message"].split(" ")[0] for e in events[members[0]]["GangAdmissionTimeout"]) == \
         ["Recorded", "Released"], events
+    assert [e["message"].split(" ")[0] for e in events[members[1]]["GangAdmissionTimeout"]] == ["Released"], events
     assert not c.started(members)
     await c.delete_gang(gang)
     await _released(c, members)

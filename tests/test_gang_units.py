@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 import pytest
 
 from nodeagent.clock import ManualClock
@@ -204,8 +206,20 @@ class FakeHandle:
     events: list[Event] = field(default_factory=list)
     node: NodeInfo = NODE
 
+    evicted: dict[str, str] = field(default_factory=dict)
+    """uid -> reason of every pod the stage failed through the handle (AgentHandle.evict)."""
+    gone: set[str] = field(default_factory=set)
+    """Pods not active on the node (evict answers None for them)."""
+
     async def publish(self, event: Event) -> None:
         self.events.append(event)
+
+    def evict(self, uid: str, *, reason: str, message: str, grace_seconds: int,
+              condition: object = None) -> anyio.Event | None:
+        if uid in self.gone or uid in self.evicted:
+            return None
+        self.evicted[uid] = reason
+        return anyio.Event()
 
 
 def stage(**config: Any) -> tuple[GangStage, FakeHandle]:
@@ -281,12 +295,16 @@ async def test_a_member_released_before_the_commit_aborts_the_others() -> None:
     for m in members:
         await admitted(gang, m)
     await gang.permit(contexts[0])  # type: ignore[arg-type]
+    handle.gone.add(members[2].uid)  # being torn down: the worker refuses an eviction
     await gang.unreserve(members[2])  # deleted, or its preparation failed
     assert contexts[0].woken == 1
+    # m1 had not reached the barrier (still preparing): the abort fails it through its worker at
+    # once, instead of letting it hold its reservation and devices until its preparation ends.
+    assert handle.evicted == {members[1].uid: "GangAborted"}
     result = await gang.permit(contexts[0])  # type: ignore[arg-type]
     assert result.verdict is Verdict.REJECT and result.reason == "GangAborted" and "m2" in result.message
     assert (await gang.permit(contexts[1])).reason == "GangAborted"  # type: ignore[arg-type]
-    assert [e.kind for e in handle.events] == ["GangAborted"]
+    assert [(e.kind, e.pod.name) for e in handle.events] == [("GangAborted", "m2"), ("GangAborted", "m1")]
     # Releasing members of a decided gang changes nothing, twice over.
     for m in members:
         await gang.unreserve(m)

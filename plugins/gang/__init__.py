@@ -212,6 +212,7 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
                    f"{node.node.name} ({cause}); no container of the gang was started")
         self._abort(gen, ABORTED, message)
         await self._announce(pod, gen, LOCAL_ADMISSION_FAILED, message)
+        await self._flush()
         return Result.reject(LOCAL_ADMISSION_FAILED, f"{cause}; every member of gang {decl.key} is released")
 
     async def reserve(self, pod: Pod, node: NodeView) -> Result:
@@ -243,6 +244,7 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
             self.metrics.release.observe(self._clock.monotonic() - gen.decided_at)
         if aborted:
             await self._announce(pod, gen, ABORTED, gen.message)
+            await self._flush()
 
     # --- the barrier ---------------------------------------------------------------------
 
@@ -287,6 +289,7 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
         if arrived:
             await ctx.publish(GangMemberPrepared(gang=str(gen.key), generation=gen.number,
                                                  prepared=len(gen.prepared()), min_member=gen.min_member))
+        await self._flush()
         return await self._follow(ctx, gen, member)
 
     async def _follow(self, ctx: PodContext, gen: Generation, member: Member) -> Result:
@@ -327,6 +330,23 @@ class GangStage(AcrossNodes, Admit, Reserve, Permit):
         for member in gen.members.values():
             self.metrics.device_hold.observe(now - member.reserved_at, result)
         self._wake(gen)
+        self._release_preparing(gen)
+
+    def _release_preparing(self, gen: Generation) -> None:
+        """Members here that have not reached the barrier (still pulling, preparing devices, or
+        retrying a failed preparation) would otherwise hold their reservation, sandbox and
+        devices until that preparation ends: the abort fails them now, through their workers,
+        with the gang's reason (their facts go out with the next flush of the outbox)."""
+        for member in gen.members.values():
+            if member.ctx is not None:
+                continue  # at the barrier: woken above, its permit answers with the abort
+            if self._handle.evict(member.ref.uid, reason=gen.reason, message=gen.message, grace_seconds=0) is None:
+                continue  # not active here (not admitted yet, or already going)
+            log.info("gang member released before it reached the barrier", gang=str(gen), pod=str(member.ref))
+            self._outbox.append(GangAborted(pod=member.ref, source=self.name, gang=str(gen.key),
+                                            generation=gen.number, reason=gen.reason, message=gen.message,
+                                            prepared=len(gen.prepared()), min_member=gen.min_member,
+                                            across_nodes=gen.cluster))
 
     def _wake(self, gen: Generation) -> None:
         for member in gen.members.values():

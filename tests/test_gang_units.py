@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
 import pytest
 
 from nodeagent.clock import ManualClock

@@ -570,10 +570,16 @@ class ControlPlane:
                     raise ControlPlaneError(f"cannot create ClusterRoleBinding {binding['metadata']['name']}: {last}")
                 time.sleep(0.25)
 
-    def _wait_defaults(self, deadline: float) -> None:
+    def wait_namespace_ready(self, namespace: str, timeout: float = 60.0) -> None:
+        """Until the controller-manager gave ``namespace`` its default ServiceAccount and its
+        kube-root-ca.crt ConfigMap: a pod created before that is refused (serviceaccount
+        "default" not found), and the wait can take seconds on a loaded machine."""
+        self._wait_defaults(time.monotonic() + timeout, namespace)
+
+    def _wait_defaults(self, deadline: float, namespace: str = "default") -> None:
         ctx = self._ssl_context(client=True)
-        for path in ("/api/v1/namespaces/default/serviceaccounts/default",
-                     "/api/v1/namespaces/default/configmaps/kube-root-ca.crt"):
+        for path in (f"/api/v1/namespaces/{namespace}/serviceaccounts/default",
+                     f"/api/v1/namespaces/{namespace}/configmaps/kube-root-ca.crt"):
             while True:
                 try:
                     with urllib.request.urlopen(self.server_url + path, context=ctx,

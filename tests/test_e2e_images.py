@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +125,16 @@ def test_nonewprivs_binary_is_setuid_root(archives: list[ImageArchive]) -> None:
 def test_images_import_and_show_in_cri(containerd: Containerd,
                                        archives: list[ImageArchive]) -> None:
     containerd.import_images(archives)
+    # CRI's image list follows containerd's image events, a moment after `ctr images import`
+    # returns: an image imported just now (one another test on this worker's containerd had
+    # removed, as image GC does) can be missing from a listing made at once.
+    deadline = time.monotonic() + 10
     with RawCRI(containerd.socket_path) as cri:
-        tags = set(cri.image_tags())
+        while True:
+            tags = set(cri.image_tags())
+            if all(n in tags for n in images.BUILT_NAMES) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
     assert [n for n in images.BUILT_NAMES if n not in tags] == []
 
 

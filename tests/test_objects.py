@@ -28,6 +28,9 @@ async def test_a_view_follows_the_api_and_a_get_is_cached(control_plane: Any, tm
     node = f"obj{uuid.uuid4().hex[:6]}"
     ns = f"objects-{uuid.uuid4().hex[:6]}"
     await _kubectl(control_plane, "create", "namespace", ns)
+    # The pod created below needs the namespace's default ServiceAccount (a miss seen with two
+    # test workers, the controller-manager busy).
+    await anyio.to_thread.run_sync(control_plane.wait_namespace_ready, ns)
     api = make_api_client(await anyio.to_thread.run_sync(control_plane.node_kubeconfig, node))
     clock = ManualClock()
     store = ApiObjects(api, clock)

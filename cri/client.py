@@ -37,6 +37,7 @@ from cri import errors
 from cri import types as t
 from cri._generated import api_pb2 as api
 from cri.convert import from_proto, to_proto
+from cri.grpcaio import caller_cancelled
 
 M = TypeVar("M", bound=Message)
 
@@ -181,14 +182,8 @@ class RuntimeClient:
                 self._version_stale = True
             raise errors.from_rpc_error(method, self.endpoint, code, details) from exc
         except asyncio.CancelledError:
-            # grpc.aio swallows the canceller's CancelledError and raises a bare
-            # one, which anyio's cancel scopes do not recognise as theirs (the
-            # cancellation would escape move_on_after/fail_after). A checkpoint
-            # lets a cancelled scope deliver its own CancelledError instead.
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            task = asyncio.current_task()
-            if task is not None and task.cancelling() == 0:
-                # Nobody cancelled us: grpc cancelled the call (channel closed).
+            # grpc.aio's bare CancelledError (cri/grpcaio.py): the scope's own, or the call's.
+            if not await caller_cancelled():
                 raise errors.CriError(method, self.endpoint, grpc.StatusCode.CANCELLED,
                                       "call cancelled because the client was closed") from None
             raise

@@ -21,6 +21,7 @@ from anyio.streams.memory import (
 )
 
 from nodeagent.events import Event
+from nodeagent.supervisor import failing_stray_cancellations
 
 ALL = frozenset({"*"})
 
@@ -186,9 +187,10 @@ async def consume(inbox: Inbox, handle: Callable[[Event], Awaitable[None] | None
     async with inbox:
         async for event in inbox:
             try:
-                outcome = handle(event)
-                if inspect.isawaitable(outcome):
-                    await outcome
+                with failing_stray_cancellations():
+                    outcome = handle(event)
+                    if inspect.isawaitable(outcome):
+                        await outcome
             except Exception as exc:  # noqa: BLE001 - contained and reported
                 contain(exc)
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from nodeagent import events as ev
 from nodeagent.backoff import Backoff
 from nodeagent.model import Pod
-from nodeagent.supervisor import restart_backoff
+from nodeagent.supervisor import failing_stray_cancellations, restart_backoff
 from nodeagent.worker import PodWorker, Services
 
 WORKER_TASK = "pod-worker"
@@ -85,7 +85,8 @@ class Dispatcher:
 
         async def run_and_forget() -> None:
             try:
-                await worker.run()
+                with failing_stray_cancellations():  # would silently cancel every other pod's worker
+                    await worker.run()
             except Exception as exc:  # noqa: BLE001 - a worker bug must not stop the agent
                 self._contain(WORKER_TASK, exc)
                 await self._respawn(worker)

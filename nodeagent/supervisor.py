@@ -21,11 +21,13 @@ are reported the same way through :meth:`Supervisor.contain`, without a restart.
 A task that fails before it reported itself started (``task_status.started()``) does not hold
 up the agent's start: :meth:`Supervisor.start` returns ``None`` for it and the task keeps
 being retried in the background. Cancellation is never caught: the agent stopping stops every
-task at once.
+task at once. A stray ``CancelledError`` (one no cancellation of the task asked for) is a
+failure, not a cancellation (:func:`failing_stray_cancellations`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import traceback
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -40,6 +42,27 @@ from nodeagent.backoff import Backoff
 from nodeagent.clock import Clock, SystemClock
 
 log = structlog.get_logger("nodeagent.supervisor")
+
+class StrayCancellation(Exception):
+    """A ``CancelledError`` that no cancellation of this task asked for: library code raised it
+    (grpc.aio's bare one, a future another task cancelled). Left to travel, it ends its task and,
+    reaching a task group, cancels every task in it without a word (anyio takes it for the
+    group's own cancellation). At task boundaries it is turned into this failure instead."""
+
+
+@contextmanager
+def failing_stray_cancellations() -> Iterator[None]:
+    """Around a task's body: a stray ``CancelledError`` (this task's cancel count is 0, so no
+    scope or task group cancelled it) becomes a :class:`StrayCancellation`; a real
+    cancellation passes."""
+    try:
+        yield
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is None or task.cancelling() > 0:
+            raise
+        raise StrayCancellation(f"a CancelledError that no cancellation asked for ({exc!r})") from exc
+
 
 STABLE_SECONDS = 60.0
 """A task that ran this long before it failed starts its back-off again at the beginning."""
@@ -98,11 +121,12 @@ class Supervisor:
         while True:
             began = self._clock.monotonic()
             try:
-                if reports_started:
-                    await func(*args, task_status=first)
-                else:
-                    first.release()
-                    await func(*args)
+                with failing_stray_cancellations():
+                    if reports_started:
+                        await func(*args, task_status=first)
+                    else:
+                        first.release()
+                        await func(*args)
             except Exception as exc:  # noqa: BLE001 - the point of a supervisor
                 if self._clock.monotonic() - began >= STABLE_SECONDS:
                     backoff.reset()
@@ -157,4 +181,4 @@ class Supervisor:
         return "\n".join(lines) + "\n"
 
 
-__all__ = ["Supervisor", "STABLE_SECONDS", "restart_backoff"]
+__all__ = ["Supervisor", "STABLE_SECONDS", "StrayCancellation", "failing_stray_cancellations", "restart_backoff"]

@@ -49,6 +49,7 @@ from nodeagent.stages import (
 )
 from nodeagent.stash import Stash
 from nodeagent.status import StatusWriter
+from nodeagent.supervisor import failing_stray_cancellations
 from nodeagent.unsupported import refusal
 from nodeagent.waits import first_of
 
@@ -529,7 +530,8 @@ class PodWorker:
         delay = RETRY_INITIAL_SECONDS
         while True:
             try:
-                await stage.observe(ctx)
+                with failing_stray_cancellations():  # would silently end the pod's other observers
+                    await stage.observe(ctx)
                 return
             except Exception:  # an observer bug must not take the pod down: restart it
                 ctx.log.exception("observe stage failed; restarting it", retry_in=delay)

@@ -9,6 +9,7 @@ control plane — and check that the agent and its pods stay up and each task wo
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import socket
@@ -25,7 +26,7 @@ from nodeagent import events as ev
 from nodeagent.backoff import Backoff
 from nodeagent.bus import TOPOLOGY, Bus, consume
 from nodeagent.clock import ManualClock
-from nodeagent.supervisor import STABLE_SECONDS, Supervisor
+from nodeagent.supervisor import STABLE_SECONDS, StrayCancellation, Supervisor
 from tests.agent_helpers import BUSYBOX_IMAGE, pod_manifest, running_agent, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -161,6 +162,58 @@ async def test_cancellation_is_never_taken_for_a_failure() -> None:
             sup = Supervisor(tg)
             sup.start_soon(forever, name="forever")
     assert sup.failures == {}
+
+
+async def test_a_stray_cancellation_is_a_failure_and_spares_the_other_tasks() -> None:
+    """A CancelledError no cancellation asked for (grpc.aio raises such bare ones) would end the
+    task group quietly, every sibling with it; the supervisor takes it for the task's failure."""
+    clock = ManualClock()
+    runs = 0
+    beats = 0
+
+    async def stray() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            raise asyncio.CancelledError()  # as grpc.aio does when its call is cancelled
+        await anyio.sleep_forever()
+
+    async def sibling() -> None:
+        nonlocal beats
+        while True:
+            beats += 1
+            await anyio.sleep(0.001)
+
+    async with anyio.create_task_group() as tg:
+        sup = Supervisor(tg, clock=clock, backoff=lambda: Backoff(initial=1.0, maximum=1.0))
+        sup.start_soon(sibling, name="sibling")
+        sup.start_soon(stray, name="stray")
+        await _until(lambda: clock.sleepers == 1, "the stray task's back-off")
+        clock.advance(1.0)
+        await _until(lambda: runs == 2, "the stray task restarted")
+        before = beats
+        await _until(lambda: beats > before, "the sibling still running")
+        tg.cancel_scope.cancel()
+    assert sup.failures == {"stray": 1}
+
+
+async def test_a_stray_cancellation_in_a_subscriber_skips_that_fact() -> None:
+    bus = Bus(TOPOLOGY)
+    seen: list[str] = []
+    contained: list[Exception] = []
+
+    async def handle(event: ev.Event) -> None:
+        if isinstance(event, ev.ManifestRejected) and event.reason == "stray":
+            raise asyncio.CancelledError()
+        seen.append(getattr(event, "reason", ""))
+
+    for reason in ("a", "stray", "b"):
+        await bus.publish(ev.ManifestRejected(path="/x", reason=reason, message=""))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(consume, bus.stream("trace"), handle, contained.append)
+        await _until(lambda: len(seen) == 2, "the facts after the stray one")
+        tg.cancel_scope.cancel()
+    assert seen == ["a", "b"] and [type(e) for e in contained] == [StrayCancellation]
 
 
 async def test_a_subscriber_skips_the_fact_it_failed_on_and_keeps_its_queue() -> None:

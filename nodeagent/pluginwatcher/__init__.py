@@ -19,6 +19,7 @@ failing socket is tried again with back-off (1 s doubling to 30 s), its error lo
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import time
@@ -31,6 +32,7 @@ import anyio
 import grpc
 import structlog
 
+from cri.grpcaio import caller_cancelled
 from nodeagent.events import Event, PluginRejected
 from nodeagent.pluginwatcher._generated import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
 
@@ -87,6 +89,9 @@ def polling(handlers: Mapping[str, Any]) -> tuple[float, float]:
     return poll, health
 
 
+_CLOSED = grpc.aio.UsageError("the call was cancelled: its channel was closed")
+
+
 def target(socket_path: str) -> str:
     return f"unix:{socket_path}"
 
@@ -97,6 +102,10 @@ async def get_info(channel: grpc.aio.Channel, timeout: float = GET_INFO_TIMEOUT_
         info = await stub.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=timeout)
     except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
         raise RegistrationCallError("GetInfo", exc) from None
+    except asyncio.CancelledError:
+        if await caller_cancelled():  # the scope's own (cri/grpcaio.py)
+            raise
+        raise RegistrationCallError("GetInfo", _CLOSED) from None
     return PluginInfo(info.type, info.name, info.endpoint, tuple(info.supported_versions))
 
 
@@ -108,6 +117,10 @@ async def notify_registration_status(channel: grpc.aio.Channel, registered: bool
             pluginregistration_v1_pb2.RegistrationStatus(plugin_registered=registered, error=error), timeout=timeout)
     except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
         raise RegistrationCallError("NotifyRegistrationStatus", exc) from None
+    except asyncio.CancelledError:
+        if await caller_cancelled():  # the scope's own (cri/grpcaio.py)
+            raise
+        raise RegistrationCallError("NotifyRegistrationStatus", _CLOSED) from None
 
 
 @dataclass

@@ -9,6 +9,7 @@ The kubelet dials ``unix://<endpoint>`` insecurely and gives every CSI call ``cs
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from cri.grpcaio import caller_cancelled
 from nodeagent.pluginwatcher import target
 from plugins.csi._generated import csi_v1_pb2 as pb
 from plugins.csi._generated import csi_v1_pb2_grpc as pb_grpc
@@ -137,6 +139,12 @@ class CsiClient:
             return await getattr(stub, method)(request, timeout=timeout or self.timeout)
         except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
             raise CsiCallError(method, exc) from None
+        except asyncio.CancelledError:
+            # Bare, from grpc.aio (cri/grpcaio.py): the caller's scope's cancellation goes on
+            # as the scope's own; a call grpc cancelled (the channel closed) failed.
+            if await caller_cancelled():
+                raise
+            raise CsiCallError(method, grpc.aio.UsageError("the call was cancelled: its channel was closed")) from None
 
     # --- Identity ---------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from cri.grpcaio import caller_cancelled
 from nodeagent.pluginwatcher import target
 from plugins.dra._generated import (
     dra_v1_pb2,
@@ -107,7 +108,10 @@ class DraClient:
         except (grpc.aio.AioRpcError, grpc.aio.UsageError) as exc:
             raise DriverCallError(method, exc) from None
         except asyncio.CancelledError as exc:
-            if not self._closed:
+            # Bare, from grpc.aio (cri/grpcaio.py): the caller's scope's own cancellation is
+            # raised again as the scope's, so the scope stops it (a pod deleted with the call
+            # in flight); otherwise the call failed.
+            if await caller_cancelled() and not self._closed:
                 raise
             raise DriverCallError(method, exc) from None
 

@@ -43,6 +43,7 @@ from nodeagent.clock import Clock, SystemClock
 
 log = structlog.get_logger("nodeagent.supervisor")
 
+
 class StrayCancellation(Exception):
     """A ``CancelledError`` that no cancellation of this task asked for: library code raised it
     (grpc.aio's bare one, a future another task cancelled). Left to travel, it ends its task and,

@@ -78,7 +78,6 @@ async def gang_run(c: GangCluster, nodes: int, gang: bool) -> dict[str, float]:
         if len(commits) == nodes:
             out["vote_to_commit_everywhere"] = max(commits) - last_vote
             out["commit_skew"] = max(commits) - min(commits)
-        out["created_skew"] = (max(s.created_at for s in seen) - min(s.created_at for s in seen)) / 1e9
     deleted = time.time()
     await c.delete_gang(g)
     await until(lambda: _all(lambda: c.quiet(members)), 120, lambda: f"the gang released: {c.held()}")
@@ -292,7 +291,6 @@ def render(results: dict[str, list[float]], extra: dict[str, Any], meta: dict[st
             ("· members whose container was created before the record (count)", "created_ahead", ""),
             ("start skew across nodes", "skew", "≤ 0.2 s"),
             ("· skew of the agents following the commit (the barrier's own share)", "commit_skew", ""),
-            ("· skew of the containers' creation", "created_skew", ""),
             ("gang deleted → nothing held on any node", "delete_to_released", "")]
     for title, key, goal in rows:
         lines.append(f"| {title} | {cell('gang_' + key)} | {cell('plain_' + key)} | {goal} |")

@@ -2,7 +2,7 @@
 
 ``kill -USR1 <agent>`` writes every asyncio task's await chain (the coroutine it is in, then
 the one that one awaits, down to the future it waits on) and every thread's stack to
-``<rootDir>/debug/tasks-<UTC time>.txt``, logs the path, and the agent carries on — Go's
+``<rootDir>/debug/tasks-<UTC time>-<pid>.txt``, logs the path, and the agent carries on — Go's
 goroutine dump, without the exit. A shutdown that overruns its bound writes one too, before the
 agent gives up (nodeagent.agent.run_forever).
 
@@ -35,7 +35,7 @@ def _frame_of(awaitable: Any) -> FrameType | None:
     return None
 
 
-def _awaited_by(awaitable: Any) -> Any:
+def _awaiting(awaitable: Any) -> Any:
     for attribute in ("cr_await", "gi_yieldfrom", "ag_await"):
         inner = getattr(awaitable, attribute, None)
         if inner is not None:
@@ -56,7 +56,7 @@ def await_chain(coro: Any) -> list[str]:
             source = linecache.getline(code.co_filename, line).strip() if line is not None else ""
             if source:
                 lines.append(f"    {source}")
-        inner = _awaited_by(current)
+        inner = _awaiting(current)
         if inner is None and frame is None:
             # A future, or an object that does not tell what it awaits (an async generator's asend).
             text = repr(current)

@@ -18,6 +18,7 @@ import pytest
 
 from nodeagent import taskdump
 from tests.agent_helpers import pod_manifest, wait_for
+from tests.test_agent_crash import _start_agent as start_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -43,18 +44,11 @@ async def test_the_dump_shows_where_each_task_waits_not_only_its_entry_point() -
     assert "await event.wait()" in block and "awaiting" in block, block
 
 
-def _agent(base: Path, endpoint: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "nodeagent", "run", "--static-pod-path", str(base / "manifests"),
-         "--container-runtime-endpoint", endpoint, "--node-name", f"dump{os.getpid() % 10000}",
-         "--root-dir", str(base / "root"), "--pod-logs-dir", str(base / "logs"), "--healthz-port", "0"],
-        stdout=open(base / "agent.log", "wb"), stderr=subprocess.STDOUT)
-
-
 async def test_sigusr1_writes_a_dump_and_the_agent_runs_on(containerd: Any, tmp_path: Path) -> None:
     (tmp_path / "manifests").mkdir()
     (tmp_path / "manifests" / "p.json").write_text(json.dumps(pod_manifest("dumped")))
-    agent = _agent(tmp_path, containerd.endpoint)
+    agent = start_agent(tmp_path, containerd.endpoint, f"dump{os.getpid() % 10000}")
+    log = tmp_path / "agent-0.log"
     debug = tmp_path / "root" / taskdump.DEBUG_DIR
     try:
         status = tmp_path / "root" / "pod-status"
@@ -74,11 +68,11 @@ async def test_sigusr1_writes_a_dump_and_the_agent_runs_on(containerd: Any, tmp_
         assert "nodeagent/" in text and "awaiting" in text, text[:4000]
         assert oct(debug.stat().st_mode & 0o777) == "0o700"
         assert agent.poll() is None, "SIGUSR1 stopped the agent"
-        assert "task dump written" in (tmp_path / "agent.log").read_text()
+        assert "task dump written" in log.read_text()
     finally:
         agent.send_signal(signal.SIGTERM)
         code = agent.wait(40)
-    assert code == 0, (tmp_path / "agent.log").read_text()[-3000:]
+    assert code == 0, log.read_text()[-3000:]
 
 
 STUCK_AGENT = textwrap.dedent('''

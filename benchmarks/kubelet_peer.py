@@ -6,7 +6,8 @@ cert dirs, and the cgroupfs driver on the cgroup v1 hierarchies these machines m
 (``failCgroupV1: false``). Everything else is the kubelet's default, as a node would run it.
 
 The machine is shared with other sessions, so what the kubelet would change beyond its own
-pods is kept to itself:
+pods is kept to itself (controlplane/confine.py has the parts the conformance runner's kubelet
+shares):
 
 - **Kernel tunables.** On start the kubelet sets vm.overcommit_memory=1, kernel.panic=10,
   kernel.panic_on_oops=1 and three more (container_manager_linux.go, setupKernelTunables); they
@@ -42,21 +43,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-CGROUP_FS = Path("/sys/fs/cgroup")
+from controlplane.confine import (
+    KERNEL_TUNABLES,
+    copy_tunables,
+    make_cgroup_root,
+    remove_cgroup_root,
+    tunables_written,
+)
+
 NODE_IP = "192.0.2.10"  # TEST-NET-1 (RFC 5737), only ever inside the kubelet's network namespace
 GATEWAY = "192.0.2.1"
 
 READY_LINE = "Eviction manager: starting control loop"
-
-# The /proc/sys files setupKernelTunables reads and (in its default mode) writes.
-KERNEL_TUNABLES = (
-    "vm/overcommit_memory",
-    "vm/panic_on_oom",
-    "kernel/panic",
-    "kernel/panic_on_oops",
-    "kernel/keys/root_maxkeys",
-    "kernel/keys/root_maxbytes",
-)
 
 # In the private namespaces: loopback up, the tunables shadowed, then the kubelet itself (exec:
 # the process the caller started *is* the kubelet, so its /proc CPU and RSS are the kubelet's).
@@ -110,45 +108,6 @@ def kubelet_config(*, endpoint: str, static_pod_path: Path, pod_logs_dir: Path, 
     }
 
 
-def cgroup_hierarchies(root: Path = CGROUP_FS) -> list[Path]:
-    """Every mounted hierarchy under /sys/fs/cgroup (v1: one per controller, plus systemd and
-    the controller-less unified mount), skipping the aliases (cpu,cpuacct is linked as cpu)."""
-    out = []
-    for path in sorted(root.iterdir()):
-        if path.is_dir() and not path.is_symlink():
-            out.append(path)
-    return out
-
-
-def make_cgroup_root(name: str) -> None:
-    """The kubelet refuses a cgroupRoot that does not exist in every hierarchy; cpuset needs its
-    cpus and mems filled in before any child may hold a task."""
-    for hierarchy in cgroup_hierarchies():
-        d = hierarchy / name.strip("/")
-        d.mkdir(exist_ok=True)
-        for knob in ("cpuset.cpus", "cpuset.mems"):
-            parent = hierarchy / knob
-            if parent.exists() and not (d / knob).read_text().strip():
-                (d / knob).write_text(parent.read_text())
-
-
-def remove_cgroup_root(name: str) -> list[Path]:
-    """rmdir the root and what the kubelet made under it, deepest first; returns what could not
-    be removed (a cgroup that still holds a task)."""
-    left = []
-    for hierarchy in cgroup_hierarchies():
-        top = hierarchy / name.strip("/")
-        if not top.is_dir():
-            continue
-        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
-        for d in [*dirs, top]:
-            try:
-                d.rmdir()
-            except OSError:
-                left.append(d)
-    return left
-
-
 class KubeletProcess:
     """One standalone kubelet, with its own dirs under workdir (the node name is its hostname
     override, so static pods are named ``<manifest name>-<node>`` as nodeagent names them)."""
@@ -178,9 +137,7 @@ class KubeletProcess:
         return self.proc.pid
 
     def start(self, timeout: float = 60.0) -> None:
-        self.tunables.mkdir()
-        for t in KERNEL_TUNABLES:  # the host's values, so that the kubelet reads what it would read
-            (self.tunables / t.replace("/", "_")).write_text(Path("/proc/sys", t).read_text())
+        copy_tunables(self.tunables)
         (self.tunables / "hosts").write_text(Path("/etc/hosts").read_text() + f"\n{NODE_IP} {self.node}\n")
         make_cgroup_root(self.cgroup_root)
         wrapper = _WRAPPER.format(tunables=" ".join(KERNEL_TUNABLES), node_ip=NODE_IP, gateway=GATEWAY)
@@ -219,12 +176,7 @@ class KubeletProcess:
 
     def tunables_written(self) -> dict[str, str]:
         """What the kubelet set in its shadowed /proc/sys files (it would have set the host's)."""
-        out = {}
-        for t in KERNEL_TUNABLES:
-            value = (self.tunables / t.replace("/", "_")).read_text().strip()
-            if value != Path("/proc/sys", t).read_text().strip():
-                out[t] = value
-        return out
+        return tunables_written(self.tunables)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -234,6 +234,7 @@ class Environment:
                                "x509": {"clientCAFile": str(self.cp.ca_file)}},
             "authorization": {"mode": "Webhook"},
             "cgroupDriver": "cgroupfs",
+            "cgroupRoot": self.kubelet_cgroup_root,  # its orphan cleanup then sees only its pods
             "cgroupsPerQOS": True,
             "enforceNodeAllocatable": ["pods"],
             "containerRuntimeEndpoint": self.ctd.endpoint,
@@ -257,9 +258,38 @@ class Environment:
                 f"--root-dir={root}", f"--cert-dir={root / 'pki'}",
                 f"--hostname-override={o.node_name}", "--v=2", *o.nodeagent_args]
 
+    @property
+    def kubelet_cgroup_root(self) -> str:
+        return f"/e2e-kubelet-{self.opts.node_name}"
+
+    def confine_kubelet(self, argv: list[str]) -> list[str]:
+        """The kubelet kept from changing this shared host (controlplane/confine.py): kernel
+        tunables shadowed in a mount namespace of its own, its root dir a shared mount so that its
+        volume mounts reach containerd, a cgroup root of its own."""
+        from controlplane import confine
+        confine.copy_tunables(self.node_dir / "tunables")
+        confine.make_shared(self.node_dir / "root")
+        confine.make_cgroup_root(self.kubelet_cgroup_root)
+        return confine.confined_argv(argv, self.node_dir / "tunables")
+
+    def release_kubelet(self) -> None:
+        """After the kubelet and the runtime stopped: say which tunables it set (in its copies),
+        take its iptables chains out of the host's tables, remove its cgroup root."""
+        from controlplane import confine
+        tunables = self.node_dir / "tunables"
+        if tunables.is_dir():
+            log(f"kernel tunables the kubelet set (in its namespace only): {confine.tunables_written(tunables)}")
+        removed = confine.remove_iptables_chains()
+        if removed:
+            log(f"removed the kubelet's iptables chains: {', '.join(removed)}")
+        left = confine.remove_cgroup_root(self.kubelet_cgroup_root)
+        if left:
+            log(f"cgroups left under {self.kubelet_cgroup_root} (a task still in them): {len(left)}")
+
     def start_nodeagent(self) -> None:
         self.node_dir.mkdir(parents=True, exist_ok=True)
-        argv = self.kubelet_argv() if self.opts.node == "kubelet" else self.nodeagent_argv()
+        argv = (self.confine_kubelet(self.kubelet_argv()) if self.opts.node == "kubelet"
+                else self.nodeagent_argv())
         self.node_argv = argv
         log(f"starting {self.opts.node}: {shlex.join(argv)} (log {self.nodeagent_log})")
         with open(self.nodeagent_log, "wb") as out:  # fresh for each run
@@ -314,8 +344,14 @@ class Environment:
         except Exception as e:  # noqa: BLE001
             log(f"control plane stop: {e}")
         self._registry.close()
+        if self.opts.node == "kubelet":
+            try:
+                self.release_kubelet()
+            except Exception as e:  # noqa: BLE001 -- teardown must go on
+                log(f"releasing what the kubelet held on the host: {e}")
         # Volumes of pods the node had no time to tear down (an interrupted run) stay mounted
-        # under its root dir; a next run in this directory could not remove it otherwise.
+        # under its root dir (the kubelet's root dir is itself a bind mount); a next run in this
+        # directory could not remove it otherwise.
         _unmount_below(self.work / "node")
         _unmount_below(self.work / "storage")
         st.release(self.work / "storage")

@@ -2,7 +2,9 @@
 
 One control plane (this process starts it, gang scheduling on), ``--nodes`` nodes of ``--gpus``
 fake GPUs each (benchmarks/gang_cluster.py: nodeagent processes, private containerds, the fake
-GPU driver). Each run, in order:
+GPU driver). First, before any agent runs, the *raw-CRI floor* of the start skew
+(benchmarks/start_floor.py): one container created on each node's runtime and all started at one
+instant, ``--runs`` times, what no agent can beat on this machine. Then each run, in order:
 
 1. **gang**: a Workload/PodGroup (gang minCount = nodes) and ``nodes`` pods claiming ``gpus``
    GPUs each; the scheduler places them, one per node. Measured:
@@ -43,6 +45,7 @@ from typing import Any
 
 import anyio
 
+from benchmarks import start_floor
 from benchmarks.gang_cluster import GangCluster, gang_cluster, private_runtimes, until
 from benchmarks.pod_start import git_description, histogram, load_average, parse_metrics
 from controlplane import ControlPlane
@@ -205,58 +208,15 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[st
     results: dict[str, list[float]] = {}
     extra: dict[str, Any] = {"partial_starts": 0, "chaos_runs": 0, "unresolved": 0, "device_violations": 0}
     try:
-        async with private_runtimes(args.nodes) as runtimes, \
-                gang_cluster(cp, runtimes, args.gpus, base / "nodes", {"timeoutSeconds": args.timeout}) as c:
-            for node in c.nodes:
-                node.cpu_start = node.cpu_seconds()
-            began = time.monotonic()
-            for rep in range(args.runs):
-                for gang in (True, False):
-                    mode = "gang" if gang else "plain"
-                    for key, value in (await gang_run(c, args.nodes, gang)).items():
-                        results.setdefault(f"{mode}_{key}", []).append(value)
-                    print(f"run {rep + 1} {mode}: " + ", ".join(
-                        f"{k}={v[-1]:.3f}" for k, v in sorted(results.items()) if k.startswith(mode)), flush=True)
-                abort = await abort_run(c, args.nodes, args.nodes - 1)
-                results.setdefault("abort_to_released", []).append(abort["abort_to_released"])
-                print(f"run {rep + 1} abort: {abort['abort_to_released']:.3f}", flush=True)
-            rng = random.Random(args.seed)
-            for i in range(args.chaos):
-                how = rng.choice(["driver", "image"])
-                broken = rng.randrange(args.nodes)
-                try:
-                    await abort_run(c, args.nodes, broken, how)
-                except AssertionError as exc:
-                    extra["partial_starts"] += 1
-                    print(f"chaos {i + 1}: PARTIAL START {exc}", flush=True)
-                except TimeoutError as exc:
-                    # A gang that did not resolve in time is a finding, not the end of the run:
-                    # counted and said; the run goes on once that gang is gone from every node.
-                    extra["unresolved"] += 1
-                    print(f"chaos {i + 1}/{args.chaos}: {how} on node {broken}: UNRESOLVED {exc}", flush=True)
-                    await print_bus_depths(c)
-                    await print_task_dumps(c)
-                    if c.started(c.gangs[-1].members):  # one node is broken: no member may ever have run
-                        extra["partial_starts"] += 1
-                        print(f"chaos {i + 1}: PARTIAL START {c.started(c.gangs[-1].members)}", flush=True)
-                    await c.delete_gang(c.gangs[-1])
-                    try:
-                        await until(lambda: _all(c.quiet), 180, lambda: f"the unresolved gang released: {c.held()}")
-                    except TimeoutError as stuck:
-                        # Something stays held (a wedged agent): later runs would measure that, so
-                        # the chaos ends here and the figures so far are rendered.
-                        print(f"chaos stopped after run {i + 1}: {stuck}", flush=True)
-                        break
-                    continue
-                extra["chaos_runs"] += 1
-                print(f"chaos {i + 1}/{args.chaos}: {how} on node {broken}: no partial start", flush=True)
-            elapsed = time.monotonic() - began
-            extra["cpu"] = [n.cpu_seconds() - n.cpu_start for n in c.nodes]
-            extra["rss"] = [n.rss_mib()[1] for n in c.nodes]
-            extra["elapsed"] = elapsed
-            extra["device_violations"] = len(c.violations)
-            extra["version"] = c.version
-            extra["cri"] = await cri_means(c)
+        async with private_runtimes(args.nodes) as runtimes:
+            # The floor first, while no agent runs on these runtimes (an agent would take the
+            # floor's pods for orphans): all nodes' StartContainer at one instant, no barrier.
+            for floor in await start_floor.measure([r.endpoint for r in runtimes], base / "floor", args.runs):
+                for key, value in floor.items():
+                    results.setdefault(f"floor_{key}", []).append(value)
+            print("raw CRI floor: " + ", ".join(f"{k}={v[-1]:.3f}" for k, v in sorted(results.items())), flush=True)
+            async with gang_cluster(cp, runtimes, args.gpus, base / "nodes", {"timeoutSeconds": args.timeout}) as c:
+                await measure(c, args, results, extra)
     finally:
         await anyio.to_thread.run_sync(cp.stop)
         if args.keep:
@@ -265,6 +225,67 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[st
         else:
             shutil.rmtree(base, ignore_errors=True)
     return results, extra
+
+
+async def measure(c: GangCluster, args: argparse.Namespace, results: dict[str, list[float]],
+                  extra: dict[str, Any]) -> None:
+    """The timed runs into ``results``, then the chaos runs, and the agents' costs into ``extra``."""
+    for node in c.nodes:
+        node.cpu_start = node.cpu_seconds()
+    began = time.monotonic()
+    for rep in range(args.runs):
+        for gang in (True, False):
+            mode = "gang" if gang else "plain"
+            for key, value in (await gang_run(c, args.nodes, gang)).items():
+                results.setdefault(f"{mode}_{key}", []).append(value)
+            print(f"run {rep + 1} {mode}: " + ", ".join(
+                f"{k}={v[-1]:.3f}" for k, v in sorted(results.items()) if k.startswith(mode)), flush=True)
+        abort = await abort_run(c, args.nodes, args.nodes - 1)
+        results.setdefault("abort_to_released", []).append(abort["abort_to_released"])
+        print(f"run {rep + 1} abort: {abort['abort_to_released']:.3f}", flush=True)
+    await chaos(c, args, extra)
+    elapsed = time.monotonic() - began
+    extra["cpu"] = [n.cpu_seconds() - n.cpu_start for n in c.nodes]
+    extra["rss"] = [n.rss_mib()[1] for n in c.nodes]
+    extra["elapsed"] = elapsed
+    extra["device_violations"] = len(c.violations)
+    extra["version"] = c.version
+    extra["cri"] = await cri_means(c)
+
+
+async def chaos(c: GangCluster, args: argparse.Namespace, extra: dict[str, Any]) -> None:
+    """``args.chaos`` aborted gangs, a failure injected on a random node each: partial starts and
+    runs that did not resolve are counted in ``extra``."""
+    rng = random.Random(args.seed)
+    for i in range(args.chaos):
+        how = rng.choice(["driver", "image"])
+        broken = rng.randrange(args.nodes)
+        try:
+            await abort_run(c, args.nodes, broken, how)
+        except AssertionError as exc:
+            extra["partial_starts"] += 1
+            print(f"chaos {i + 1}: PARTIAL START {exc}", flush=True)
+        except TimeoutError as exc:
+            # A gang that did not resolve in time is a finding, not the end of the run:
+            # counted and said; the run goes on once that gang is gone from every node.
+            extra["unresolved"] += 1
+            print(f"chaos {i + 1}/{args.chaos}: {how} on node {broken}: UNRESOLVED {exc}", flush=True)
+            await print_bus_depths(c)
+            await print_task_dumps(c)
+            if c.started(c.gangs[-1].members):  # one node is broken: no member may ever have run
+                extra["partial_starts"] += 1
+                print(f"chaos {i + 1}: PARTIAL START {c.started(c.gangs[-1].members)}", flush=True)
+            await c.delete_gang(c.gangs[-1])
+            try:
+                await until(lambda: _all(c.quiet), 180, lambda: f"the unresolved gang released: {c.held()}")
+            except TimeoutError as stuck:
+                # Something stays held (a wedged agent): later runs would measure that, so
+                # the chaos ends here and the figures so far are rendered.
+                print(f"chaos stopped after run {i + 1}: {stuck}", flush=True)
+                break
+            continue
+        extra["chaos_runs"] += 1
+        print(f"chaos {i + 1}/{args.chaos}: {how} on node {broken}: no partial start", flush=True)
 
 
 def render(results: dict[str, list[float]], extra: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -296,6 +317,10 @@ def render(results: dict[str, list[float]], extra: dict[str, Any], meta: dict[st
         lines.append(f"| {title} | {cell('gang_' + key)} | {cell('plain_' + key)} | {goal} |")
     lines.append(f"| abort decision (record in the API) → every healthy node released | {cell('abort_to_released')} "
                  f"| – | ≤ 2 s + grace |")
+    if results.get("floor_skew"):
+        lines.append(f"| raw-CRI floor, no agent: every node's StartContainer sent at one instant → start skew "
+                     f"| {cell('floor_skew')} | – | |")
+        lines.append(f"| · that floor's StartContainer calls, mean | {cell('floor_call_mean')} | – | |")
     cpu, rss = extra["cpu"], extra["rss"]
     lines += ["", (f"Agents over the whole run ({extra['elapsed']:.0f} s): CPU {statistics.median(cpu):.1f} s median, "
                    f"{max(cpu):.1f} s max per agent; peak RSS {statistics.median(rss):.0f} MiB median, "

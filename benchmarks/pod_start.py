@@ -325,19 +325,29 @@ class Baseline:
         async def one(p: BaselinePod) -> None:
             async with limit:
                 p.began = time.monotonic() - t0
-                sandbox = sandbox_config(p.pod, 0, self.logs_dir, self.node)
-                log_directory(self.logs_dir, p.pod).mkdir(parents=True, exist_ok=True, mode=0o755)
-                p.sandbox_id = await self.client.run_pod_sandbox(sandbox)
-                for container in p.pod.spec.containers:
-                    config = container_config(p.pod, container, 0, self.image_ref, self.node)
-                    cid = await self.client.create_container(p.sandbox_id, config, sandbox)
-                    await self.client.start_container(cid)
-                    p.container_ids.append(cid)
+                await self.create(p, start=True)
                 p.ended = time.monotonic() - t0
 
         async with anyio.create_task_group() as tg:
             for p in pods:
                 tg.start_soon(one, p)
+
+    async def create(self, p: BaselinePod, *, start: bool) -> None:
+        """The pod's sandbox and containers, each started as it is created when ``start``
+        (the agent's order), else left CREATED for :meth:`start_created`."""
+        sandbox = sandbox_config(p.pod, 0, self.logs_dir, self.node)
+        log_directory(self.logs_dir, p.pod).mkdir(parents=True, exist_ok=True, mode=0o755)
+        p.sandbox_id = await self.client.run_pod_sandbox(sandbox)
+        for container in p.pod.spec.containers:
+            config = container_config(p.pod, container, 0, self.image_ref, self.node)
+            cid = await self.client.create_container(p.sandbox_id, config, sandbox)
+            if start:
+                await self.client.start_container(cid)
+            p.container_ids.append(cid)
+
+    async def start_created(self, p: BaselinePod) -> None:
+        for cid in p.container_ids:
+            await self.client.start_container(cid)
 
     async def teardown(self, pods: Sequence[BaselinePod]) -> None:
         limit = anyio.Semaphore(self.concurrency)

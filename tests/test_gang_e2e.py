@@ -463,3 +463,23 @@ async def test_the_api_server_down_for_30s_during_the_barrier_never_starts_the_g
     await _released(c, members)
     for node in c.nodes:
         await c.wait_ready(node)
+
+
+async def test_the_benchmarks_start_floor_starts_one_container_per_runtime_at_once_and_leaves_nothing(
+        runtimes: list[Containerd]) -> None:
+    """benchmarks/start_floor.py, the raw-CRI floor the gang's start skew is read against: every
+    runtime ran its container (the skew comes from the runtimes' own startedAt) and is empty after."""
+    from benchmarks import start_floor
+    from cri import RuntimeClient
+
+    workdir = Path(tempfile.mkdtemp(prefix="floor-", dir="/tmp"))
+    try:
+        floor = await start_floor.simultaneous_start([r.endpoint for r in runtimes], workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert 0 <= floor["skew"] < 30, floor
+    assert 0 < floor["call_mean"] <= floor["call_max"], floor
+    for env in runtimes:
+        async with RuntimeClient(env.endpoint) as client:
+            assert await client.list_pod_sandbox() == [], env.endpoint
+            assert await client.list_containers() == [], env.endpoint

@@ -1,0 +1,75 @@
+"""The start-skew floor of N runtimes on this machine: the part of a gang's skew no agent controls.
+
+A gang's start skew is the spread of its members' container starts across nodes. Once every
+member's container is created (the agents create them while the gang waits), that spread has two
+parts: when each node's agent learns of the commit (the barrier's share), and how long each
+runtime's StartContainer takes from there (runc creates and starts the task inside that one call;
+CRI cannot split it). The second part is measured here with no agent at all: one pod's container
+created in each of N private containerds, then the N StartContainer calls sent at one instant from
+one process. The spread of the runtimes' own ``startedAt`` is the floor for that many nodes on this
+machine's cores: on N real hosts it is one call's jitter; with 8 containerds on 2 cores it is what
+the calls queueing for the CPU cost.
+
+The pods are the raw-CRI baseline's (benchmarks/pod_start.py: the agent's sandbox and container
+configs, no devices), so the floor is if anything a little lower than a member's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import anyio
+
+import devenv
+from benchmarks.pod_start import Baseline, BaselinePod
+from cri import RuntimeClient
+
+
+async def simultaneous_start(endpoints: Sequence[str], workdir: Path) -> dict[str, float]:
+    """One container created on each runtime, all started at once, then torn down: the skew of
+    the runtimes' ``startedAt`` and the StartContainer calls' mean and longest seconds."""
+    async with AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(RuntimeClient(ep)) for ep in endpoints]
+        baselines: list[Baseline] = []
+        for i, client in enumerate(clients):
+            image = await client.image_status(devenv.BUSYBOX_IMAGE)
+            if image is None:
+                raise RuntimeError(f"{devenv.BUSYBOX_IMAGE} is not in the runtime at {endpoints[i]}")
+            baselines.append(Baseline(client, f"floor{i}", workdir / f"floor-logs-{i}", image.id,
+                                      concurrency=1, grace=0))
+        pods = [b.pods(1)[0] for b in baselines]
+        calls: list[float] = []
+
+        async def start(b: Baseline, p: BaselinePod) -> None:
+            began = time.monotonic()
+            await b.start_created(p)
+            calls.append(time.monotonic() - began)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for b, p in zip(baselines, pods, strict=True):
+                    tg.start_soon(b.create, p, start=False)
+            async with anyio.create_task_group() as tg:
+                for b, p in zip(baselines, pods, strict=True):
+                    tg.start_soon(start, b, p)
+            started = []
+            for b, p in zip(baselines, pods, strict=True):
+                status = await b.client.container_status(p.container_ids[0])
+                started.append(status.started_at / 1e9)
+        finally:
+            with anyio.CancelScope(shield=True):
+                async with anyio.create_task_group() as tg:
+                    for b, p in zip(baselines, pods, strict=True):
+                        if p.sandbox_id:
+                            tg.start_soon(b.teardown, [p])
+    return {"skew": max(started) - min(started), "call_mean": sum(calls) / len(calls), "call_max": max(calls)}
+
+
+async def measure(endpoints: Sequence[str], workdir: Path, rounds: int) -> list[dict[str, float]]:
+    """``rounds`` of :func:`simultaneous_start` after one untimed round (the first sandbox of a
+    runtime pays its first-use costs in containerd and the CNI)."""
+    await simultaneous_start(endpoints, workdir)
+    return [await simultaneous_start(endpoints, workdir) for _ in range(rounds)]

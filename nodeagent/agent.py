@@ -189,14 +189,16 @@ class Agent:
         self.clock = clock or SystemClock()
         self.bus = Bus(TOPOLOGY, cluster=config.kubeconfig is not None)
         self.supervisor: Supervisor | None = None
+        """Runs every long-lived task (set when the agent runs)."""
         self.cgroup_driver = cgroupdriver.CgroupDriver(cgroupdriver.configured(self.config.kubelet.cgroup_driver),
                                                          from_runtime=False)
         """The node's cgroup driver, asked of the runtime once it is connected."""
-        """Runs every long-lived task (set when the agent runs)."""
+        self.metrics = Metrics()
         kubelet = config.kubelet
         self.runtime = RuntimeClient(kubelet.container_runtime_endpoint, timeout=kubelet.runtime_request_timeout)
         self.certificates = certificates
-        self.api: Any = (make_api_client(config.kubeconfig, ssl_context=certificates.context if certificates else None)
+        self.api: Any = (make_api_client(config.kubeconfig, ssl_context=certificates.context if certificates else None,
+                                         observer=self.metrics.api_request)
                          if config.kubeconfig else None)
         try:
             ips = node_ips(config.flags.node_ip, config.node_name, config.flags.hostname_override)
@@ -213,7 +215,6 @@ class Agent:
             labels=node_labels(config.node_name, config.flags.node_labels),
             ips=tuple(ips),
         )
-        self.metrics = Metrics()
         self.trace = Trace(config.agent.trace_file)
         self.relister = Relister(self.runtime, config.node_name, self.bus.publish,
                                  on_relist=self.metrics.relisted, evented_period=config.agent.evented_relist_period)

@@ -92,6 +92,8 @@ class Metrics:
                                          "Duration in seconds to sync a single pod. Broken down by operation type: "
                                          "create, update, sync, kill, terminated.", ("operation_type",),
                                          buckets=DEFAULT_BUCKETS)
+        self.api_requests: dict[tuple[str, str, str], int] = defaultdict(int)
+        """(code, host, method) -> count: the kubelet's rest_client_requests_total (client-go's)."""
         self.runtime_operations: dict[str, int] = defaultdict(int)
         self.runtime_errors: dict[str, int] = defaultdict(int)
         self._last_relist: float | None = None
@@ -139,6 +141,10 @@ class Metrics:
             self.runtime_errors[operation] += 1
         self.runtime_duration.observe(seconds, operation)
 
+    def api_request(self, method: str, host: str, code: int) -> None:
+        """One request the API server answered (the API client's ``observer``)."""
+        self.api_requests[(str(code), host, method)] += 1
+
     def render(self) -> str:
         lines: list[str] = []
         for name, read in sorted(self.gauges.items()):
@@ -168,6 +174,12 @@ class Metrics:
             lines.append(f"# TYPE {name} counter")
             for operation, count in sorted(counts.items()):
                 lines.append(f'{name}{{operation_type="{operation}"}} {count}')
+        if self.api_requests:
+            lines.append("# HELP rest_client_requests_total Number of HTTP requests, partitioned by status code, "
+                         "method, and host.")
+            lines.append("# TYPE rest_client_requests_total counter")
+            for (code, host, method), count in sorted(self.api_requests.items()):
+                lines.append(f'rest_client_requests_total{{code="{code}",host="{host}",method="{method}"}} {count}')
         text = "\n".join(lines) + "\n"
         for collect in self.collectors:
             text += collect()

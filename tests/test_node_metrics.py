@@ -131,6 +131,12 @@ async def test_kubelet_port_serves_stats_and_metrics_and_metrics_server_reads_th
         assert "kubelet_evictions" in metrics and "kubelet_image_garbage_collected" in metrics
         assert [s.labels for s in metrics["kubelet_node_name"].samples] == [{"node": node}]
         assert metrics["nodeagent_stats_samples"].samples[0].value > 0
+        # client-go's rest_client_requests_total, as the kubelet has it: the node's own requests
+        # to the API server (the pod watch's GETs, the status PATCHes), by code, host and method.
+        requests = {(s.labels["method"], s.labels["code"]): s.value
+                    for s in metrics["rest_client_requests"].samples
+                    if s.name == "rest_client_requests_total" and s.labels["host"] == cp.server_url.removeprefix("https://")}
+        assert requests.get(("GET", "200"), 0) >= 1 and requests.get(("PATCH", "200"), 0) >= 1, requests
 
         configz = json.loads(await text("/configz"))["kubeletconfig"]
         assert configz["nodeName"] == node and configz["evictionHard"]["memory.available"] == "100Mi"

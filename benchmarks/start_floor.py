@@ -16,6 +16,7 @@ configs, no devices), so the floor is if anything a little lower than a member's
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -51,7 +52,7 @@ async def simultaneous_start(endpoints: Sequence[str], workdir: Path) -> dict[st
         try:
             async with anyio.create_task_group() as tg:
                 for b, p in zip(baselines, pods, strict=True):
-                    tg.start_soon(b.create, p, start=False)
+                    tg.start_soon(functools.partial(b.create, p, start=False))
             async with anyio.create_task_group() as tg:
                 for b, p in zip(baselines, pods, strict=True):
                     tg.start_soon(start, b, p)

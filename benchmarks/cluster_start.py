@@ -18,9 +18,10 @@ v1.37.2) and one private containerd serve every round. A round runs, per size N 
    (density_test.go measures it from the creationTimestamp, which has whole seconds; the watch's
    first sight is used here, ~ms after the creation), **bound → Running** the node's share;
 3. the Deployment is deleted (foreground): *teardown* is that delete → every pod gone from the API;
-4. per system and round: the node process's CPU over the start (delete → runtime empty for
-   the teardown) per pod, its RSS at N, and its API requests per pod (its own
-   rest_client_requests_total, read through the API server's node proxy, before and after);
+4. per system and round: the node process's CPU per pod over the start (create → all Running)
+   and the stop (delete → no container running, no sandbox ready: the kubelet removes them
+   with its container GC a minute later), its RSS at N, and its API requests per pod over both
+   (its own rest_client_requests_total through the API server's node proxy, before and after);
 5. the node process stops, whatever it left in the runtime is removed through CRI, and its Node
    object is deleted.
 
@@ -54,6 +55,7 @@ from benchmarks.pod_start import (
     empty_runtime,
     free_port,
     git_description,
+    is_stopped,
     load_average,
     parse_metrics,
     proc_cpu,
@@ -254,10 +256,12 @@ async def one(system: str, n: int, cp: ControlPlane, api: AsyncClient, client: R
                 "-n", namespace, "delete", "deployment", "bench", "--cascade=foreground", "--wait=false"))
             await until(lambda: len(watch.deleted) >= n, 60 + 2 * n, f"{n} pods deleted on {system}", node)
             teardown_seconds = time.monotonic() - deleting
-            while await client.list_pod_sandbox() or await client.list_containers():
-                if time.monotonic() - deleting > 120 + 2 * n:
-                    break  # the kubelet's container GC removes the rest within a minute; empty_runtime does now
-                await anyio.sleep(0.2)
+            # The stop's CPU up to "nothing runs" (no running container, no ready sandbox), not
+            # to an empty runtime: the kubelet leaves removal to its container GC, a minute on.
+            while not is_stopped(await client.list_pod_sandbox(), await client.list_containers()):
+                if time.monotonic() - deleting > 60 + 2 * n:
+                    raise TimeoutError(f"{system} left containers running after its pods were deleted")
+                await anyio.sleep(0.05)
             cpu2 = proc_cpu(node.pid)
             tg.cancel_scope.cancel()
         requests1 = await anyio.to_thread.run_sync(node.api_requests)

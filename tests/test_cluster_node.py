@@ -242,6 +242,72 @@ async def test_node_is_not_ready_while_the_runtime_is_unreachable(
         await delete_node(control_plane, node)
 
 
+class _ReadySpy:
+    """The real API client, with the Ready status of every status patch noted."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+        self.ready: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.api, name)
+
+    async def patch(self, res: Any, name: str, body: Any, **kwargs: Any) -> Any:
+        if isinstance(body, dict):
+            self.ready += [c["status"] for c in (body.get("status") or {}).get("conditions", [])
+                           if c["type"] == "Ready"]
+        return await self.api.patch(res, name, body, **kwargs)
+
+
+async def test_a_restarted_agent_whose_first_relist_comes_late_keeps_its_node_ready(
+        control_plane: ControlPlane, containerd: Any, tmp_path: Path) -> None:
+    """The Node's status against the real API server and containerd, the relister's health
+    played by the test: a restarted agent's first status waits for the first relist, so a Node
+    that was Ready is never written NotReady in between and keeps its transition time."""
+    import time
+
+    from cri import RuntimeClient
+    from nodeagent.apiclient import make_api_client
+    from nodeagent.cluster.node import NodeStatus
+
+    config = await cluster_config(control_plane, containerd, tmp_path)
+    node = config.node_name
+    assert config.kubeconfig is not None
+    info = NodeInfo(name=node, ip=config.node_ip or "127.0.0.1",
+                    allocatable={"cpu": 2000, "memory": 2 << 30, "pods": 110})
+    relisted = {"at": time.time()}
+
+    async def run_until(status: NodeStatus, check: Any, what: str) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(status.run)
+            await wait_for(check, 30, what)
+            tg.cancel_scope.cancel()
+
+    try:
+        async with RuntimeClient(containerd.endpoint) as runtime:
+            first = _ReadySpy(make_api_client(config.kubeconfig))
+            await run_until(NodeStatus(first, config, info, runtime, lambda: (True, relisted["at"])),
+                            lambda: _true("True" in first.ready), "the Node Ready")
+            before = condition(await get_json(control_plane, "node", node), "Ready")
+            assert before["status"] == "True", before
+            await anyio.sleep(1.1)  # a transition written now would show a later second
+
+            relisted["at"] = 0.0  # the restarted agent's relister has not listed yet
+            second = _ReadySpy(make_api_client(config.kubeconfig))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(NodeStatus(second, config, info, runtime, lambda: (True, relisted["at"])).run)
+                await anyio.sleep(1.5)
+                assert second.ready == [], "a status was written before the first relist"
+                relisted["at"] = time.time()
+                await wait_for(lambda: _true(bool(second.ready)), 30, "the restarted agent's first status")
+                tg.cancel_scope.cancel()
+            assert second.ready[0] == "True"
+            after = condition(await get_json(control_plane, "node", node), "Ready")
+            assert after["status"] == "True" and after["lastTransitionTime"] == before["lastTransitionTime"]
+    finally:
+        await delete_node(control_plane, node)
+
+
 # --- pure parts ------------------------------------------------------------------------------
 
 

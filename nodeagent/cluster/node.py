@@ -67,6 +67,9 @@ MAX_NAMES_PER_IMAGE = 5  # the kubelet's MaxNamesPerImageInNodeStatus
 RUNTIME_CHECK_SECONDS = 5.0
 EVICTION_HARD_NODEFS = 0.10  # nodefs.available<10%: the ephemeral-storage allocatable leaves it out
 RETRY_INITIAL_SECONDS = 0.5
+FIRST_RELIST_WAIT_SECONDS = 10.0
+"""How long the agent's first status waits for the relister's first listing (see
+NodeStatus._await_first_relist)."""
 RETRY_MAX_SECONDS = 8.0
 ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
 
@@ -222,6 +225,8 @@ class NodeStatus:
             try:
                 if self.uid is None:
                     await self.register()
+                if self.writes == 0 and self._transitions.get("Ready", ("",))[0] == "True":
+                    await self._await_first_relist()
                 await self.update()
                 delay = RETRY_INITIAL_SECONDS
                 # A reported condition (pressure, shutdown) is written at once.
@@ -230,6 +235,17 @@ class NodeStatus:
                 log.warning("node status not written; retrying", error=describe(exc), retry_in=delay)
                 await self._clock.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS, self._kubelet.node_status_update_frequency)
+
+    async def _await_first_relist(self) -> None:
+        """A restarted agent whose Node is Ready waits with its first status, at most
+        FIRST_RELIST_WAIT_SECONDS, for the relister's first listing. Written before it, Ready
+        says "PLEG has not relisted yet" for a beat and the Node flaps NotReady → Ready: a
+        NodeNotReady Event and new transition times for a node that never stopped running its
+        pods (seen under load, when the registration round trip beat the first relist). A new
+        Node, or one that was not Ready, has nothing to lose and is written at once."""
+        deadline = self._clock.monotonic() + FIRST_RELIST_WAIT_SECONDS
+        while not self._relister_health()[1] and self._clock.monotonic() < deadline:
+            await self._clock.sleep(0.05)
 
     def initial(self) -> dict[str, Any]:
         """initialNode: labels, the controller-managed attach-detach annotation, the

@@ -120,7 +120,14 @@ def error_class(code: grpc.StatusCode) -> type[CriError]:
     return _BY_CODE.get(code, CriError)
 
 
+NOT_INITIALIZED = "server is not initialized yet"
+"""containerd's CRI answers every call with this (as UNKNOWN) between opening its socket and
+finishing its own start: the runtime is not there yet, as when the socket is missing."""
+
+
 def from_rpc_error(method: str, endpoint: str, code: grpc.StatusCode, details: str) -> CriError:
+    if code == grpc.StatusCode.UNKNOWN and NOT_INITIALIZED in details:
+        return Unavailable(method, endpoint, code, details)
     return error_class(code)(method, endpoint, code, details)
 
 

@@ -36,7 +36,8 @@ class FakeRuntime(api_grpc.RuntimeServiceServicer):
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any, float | None]] = []
-        self.failures: dict[str, list[grpc.StatusCode]] = {}
+        self.failures: dict[str, list[grpc.StatusCode | tuple[grpc.StatusCode, str]]] = {}
+        """Per method, the failures its next calls answer: a code, or a code and its message."""
         self.api_version = "v1"
         self.delay = 0.0
         self.cancelled = anyio.Event()
@@ -48,7 +49,9 @@ class FakeRuntime(api_grpc.RuntimeServiceServicer):
         self.calls.append((name, request, context.time_remaining()))
         pending = self.failures.get(name)
         if pending:
-            await context.abort(pending.pop(0), f"injected failure of {name}")
+            failure = pending.pop(0)
+            code, message = failure if isinstance(failure, tuple) else (failure, f"injected failure of {name}")
+            await context.abort(code, message)
         if self.delay:
             try:
                 await anyio.sleep(self.delay)
@@ -181,6 +184,26 @@ async def test_reads_retry_unavailable_and_recheck_version(fake: tuple[FakeRunti
         runtime.calls.clear()
         await client.list_pod_sandbox()
         assert runtime.names() == ["ListPodSandbox"]
+
+
+async def test_a_runtime_still_starting_is_unavailable_so_reads_wait_for_it(fake: tuple[FakeRuntime, str]) -> None:
+    """containerd's CRI answers UNKNOWN "server is not initialized yet" while it starts (seen on
+    1.6 in CI, right after a restart): the runtime is not there yet, as with no socket at all."""
+    runtime, socket = fake
+    starting = (grpc.StatusCode.UNKNOWN, "server is not initialized yet")
+    async with RuntimeClient(socket, timeout=5) as client:
+        runtime.failures["ListPodSandbox"] = [starting, starting]
+        runtime.calls.clear()
+        assert len(await client.list_pod_sandbox()) == 1
+        assert runtime.names() == ["ListPodSandbox"] * 3
+        runtime.failures["RunPodSandbox"] = [starting]
+        with pytest.raises(Unavailable) as caught:
+            await client.run_pod_sandbox(t.PodSandboxConfig())
+        assert caught.value.code == grpc.StatusCode.UNKNOWN and caught.value.retryable
+        # Any other UNKNOWN stays what it is.
+        runtime.failures["ContainerStatus"] = [(grpc.StatusCode.UNKNOWN, "something else")]
+        with pytest.raises(errors.Unknown):
+            await client.container_status("c")
 
 
 async def test_reads_give_up_at_their_deadline(fake: tuple[FakeRuntime, str]) -> None:

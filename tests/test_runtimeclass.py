@@ -93,6 +93,9 @@ async def test_a_pod_of_a_runtime_class_runs_under_its_handler(containerd: Any, 
             crun_state
         assert crun_main.id not in runc_state
         assert runc_main.id in runc_state and runc_main.id not in crun_state
+        # The pod's own status follows the runtime by up to a relist (it was still Pending once,
+        # in a loaded CI run, right after containerd showed the container running).
+        await env.wait_seen_running("on-crun")
         assert env.status_of("on-crun")["phase"] == "Running"
 
 

@@ -30,7 +30,7 @@ from dataclasses import replace
 import anyio
 import structlog
 
-from cri import CriError, RuntimeClient, Unimplemented
+from cri import CriError, RuntimeClient, Unavailable, Unimplemented
 from cri import types as t
 from cri.types import ContainerState, PodSandboxState
 from nodeagent import labels as L
@@ -40,7 +40,12 @@ from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 
 log = structlog.get_logger("nodeagent.pleg")
 
+
+class NoAnswer(Exception):
+    """The runtime stopped answering in the middle of a relist: the relist fails as a whole."""
+
 RELIST_TIMEOUT_SECONDS = 5.0
+"""A relist's bound: its listings, and then the calls its listing leaves to make."""
 EVENT_SETTLE_SECONDS = 0.02
 """After an event relists its pod at once, how long the rest of its burst is gathered into one
 more relist (a sandbox being stopped, a mass teardown: many events, two relists)."""
@@ -280,6 +285,11 @@ class Relister:
                 listed = (await self._runtime.list_pod_sandbox(), await self._runtime.list_containers())
             except CriError as exc:
                 problem = str(exc)
+        if listed is not None:
+            try:
+                await self._update(*listed, listed_at, None)
+            except NoAnswer as exc:
+                listed, problem = None, str(exc)
         if listed is None:
             self.healthy = False
             if not self._runtime_down:
@@ -291,7 +301,6 @@ class Relister:
             self._runtime_down = False
             log.info("runtime available again")
             await self._publish(RuntimeAvailable(source="pleg", endpoint=self._runtime.endpoint, runtime="CRI"))
-        await self._update(*listed, listed_at, None)
         self.healthy = True
         self.last_relist = time.time()
         if self._on_relist:
@@ -318,11 +327,16 @@ class Relister:
                     listed = True
                 except CriError as exc:
                     log.info("could not relist pods; relisting the node", error=str(exc))
+        if listed:
+            try:
+                await self._update(sandboxes, containers, listed_at, uids)
+            except NoAnswer as exc:
+                log.info("could not relist pods; relisting the node", error=str(exc))
+                listed = False
         if not listed:
             self.request_relist()
             return
         self.pod_relists += len(uids)
-        await self._update(sandboxes, containers, listed_at, uids)
 
     async def _update(self, sandboxes: list[t.PodSandbox], containers: list[t.Container], listed_at: float,
                       scope: set[str] | None) -> None:
@@ -365,7 +379,17 @@ class Relister:
                 seen[c.id] = old
             else:
                 changed.append((c, state))
-        inspected = await self._inspect_all(changed)
+        old_ips = {sb.id: sb.pod_ip for pod in self._pods.values() for sb in pod.sandboxes}
+        unknown_ips = [sb.id for sbs in by_pod.values() for sb in sbs if sb.ready and not old_ips.get(sb.id)]
+        # What the listing leaves to ask (changed containers, new sandboxes' IPs) is asked before
+        # the cache changes, within the relist's bound: a runtime that stops answering between the
+        # listing and these calls fails the relist as a whole (NoAnswer), as if it had not
+        # listed, instead of holding the relister for a read's whole deadline.
+        with anyio.move_on_after(RELIST_TIMEOUT_SECONDS) as bound:
+            inspected = await self._inspect_all(changed)
+            ips = {sid: await self._sandbox_ip(sid) for sid in unknown_ips}
+        if bound.cancelled_caught:
+            raise NoAnswer(f"no answer to ContainerStatus/PodSandboxStatus within {RELIST_TIMEOUT_SECONDS:g}s")
         for c, state in changed:
             old = self._containers.get(c.id)
             record = inspected.get(c.id)
@@ -404,13 +428,7 @@ class Relister:
             name, ns, labels, annotations = identity[uid]
             conts = tuple(by_uid.get(uid, ()))
             old_pod = self._pods.get(uid)
-            ips = {s.id: s.pod_ip for s in old_pod.sandboxes} if old_pod else {}
-            sb_records = []
-            for sb in sbs:
-                ip = ips.get(sb.id, "")
-                if sb.ready and not ip:
-                    ip = await self._sandbox_ip(sb.id)
-                sb_records.append(replace(sb, pod_ip=ip))
+            sb_records = [replace(sb, pod_ip=old_ips.get(sb.id) or ips.get(sb.id, "")) for sb in sbs]
             pod = PodRuntime(uid=uid, name=name, namespace=ns, sandboxes=tuple(sb_records), containers=conts,
                              seen_at=listed_at, changed_at=listed_at, labels=labels, annotations=annotations)
             if old_pod is None or old_pod.sandboxes != pod.sandboxes or old_pod.containers != pod.containers:
@@ -436,22 +454,34 @@ class Relister:
         """ContainerStatus for every changed container, a few at a time: after a mass start or
         teardown, one by one would leave the cache seconds behind."""
         found: dict[str, ContainerRecord] = {}
+        unanswered: list[NoAnswer] = []
         limiter = anyio.CapacityLimiter(INSPECT_CONCURRENCY)
 
         async def one(c: t.Container, state: str) -> None:
             async with limiter:
-                record = await self._inspect(c, state)
+                try:
+                    record = await self._inspect(c, state)
+                except NoAnswer as exc:  # raised as itself below, not in an exception group
+                    unanswered.append(exc)
+                    tg.cancel_scope.cancel()
+                    return
             if record is not None:
                 found[c.id] = record
 
         async with anyio.create_task_group() as tg:
             for c, state in changed:
                 tg.start_soon(one, c, state)
+        if unanswered:
+            raise unanswered[0]
         return found
 
     async def _inspect(self, c: t.Container, state: str) -> ContainerRecord | None:
         try:
             st = await self._runtime.container_status(c.id)
+        except Unavailable as exc:
+            # Not "removed": the runtime went away after listing it. Dropped, the container would
+            # look gone to its pod's stages, which would start it again.
+            raise NoAnswer(str(exc)) from exc
         except CriError:
             return None  # removed between list and status; the next relist settles it
         annotations = st.annotations
@@ -479,6 +509,8 @@ class Relister:
     async def _sandbox_ip(self, sandbox_id: str) -> str:
         try:
             st = await self._runtime.pod_sandbox_status(sandbox_id)
+        except Unavailable as exc:
+            raise NoAnswer(str(exc)) from exc
         except CriError:
             return ""
         network = getattr(st, "network", None)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ from cri import types as t
 from devenv.images import BUSYBOX_IMAGE
 from nodeagent import labels as L
 from nodeagent.events import ContainerExited, ContainerStarted, Event
-from nodeagent.pleg import EVENT_SETTLE_SECONDS, Relister
+from nodeagent.pleg import EVENT_SETTLE_SECONDS, RELIST_TIMEOUT_SECONDS, Relister
 from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
 from tests.agent_helpers import CountingRuntime
 from tests.test_cri_client import TIMEOUT, Pods, wait_exited
@@ -53,6 +56,70 @@ async def test_a_container_that_ran_between_two_listings_is_reported_started(
              if isinstance(e, ContainerStarted | ContainerExited)]
     assert kinds == [("ContainerStarted", quick), ("ContainerExited", quick)]
     assert never not in {cid for _, cid in kinds}  # created, never started: no such fact
+
+
+class _FreezesAfterListing:
+    """The real runtime client; its first ContainerStatus SIGSTOPs containerd first: a runtime
+    that stops answering between a relist's listing and the calls the listing leaves to make."""
+
+    def __init__(self, inner: RuntimeClient, pid: int) -> None:
+        self.inner = inner
+        self.pid = pid
+        self.frozen = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def container_status(self, container_id: str) -> t.ContainerStatus:
+        if not self.frozen:
+            self.frozen = True
+            os.kill(self.pid, signal.SIGSTOP)
+        return await self.inner.container_status(container_id)
+
+    def thaw(self) -> None:
+        if self.frozen:
+            os.kill(self.pid, signal.SIGCONT)
+
+
+async def test_a_runtime_that_stops_answering_after_the_listing_fails_the_relist_within_its_bound(
+        containerd: Any, tmp_path: Path) -> None:
+    # Seen in CI: containerd stopped right after a relist had listed a container that had just
+    # started; the relister then waited out ContainerStatus's whole deadline (reads wait for the
+    # runtime), so no RuntimeUnavailable for the node, and the container, dropped from the cache,
+    # looked gone to its pod. The relist must fail as a whole within its bound, keeping the cache.
+    node = f"pleg-{uuid.uuid4().hex[:6]}"
+    published: list[Event] = []
+
+    async def publish(event: Event) -> None:
+        published.append(event)
+
+    async with RuntimeClient(containerd.endpoint, timeout=TIMEOUT) as client:
+        pods = Pods(client, tmp_path)
+        pid = containerd.pid()
+        assert pid is not None
+        frozen = _FreezesAfterListing(client, pid)
+        try:
+            config = pods.sandbox_config()
+            config = dataclasses.replace(config, labels={**config.labels, L.MANAGED_BY: node})
+            sandbox_id = await client.run_pod_sandbox(config)
+            pods.sandboxes.append(sandbox_id)
+            running = await pods.container(sandbox_id, config, "sleep", "3600")
+            relister = Relister(frozen, node, publish)  # type: ignore[arg-type]
+            began = time.monotonic()
+            try:
+                await relister.relist_once()
+            finally:
+                frozen.thaw()
+            assert time.monotonic() - began < RELIST_TIMEOUT_SECONDS + 5, "held past the relist's bound"
+            assert [type(e).__name__ for e in published] == ["RuntimeUnavailable"]
+            assert relister.healthy is False and relister.pods() == {}  # nothing half-listed
+            await relister.relist_once()  # containerd answers again
+            assert [type(e).__name__ for e in published] == ["RuntimeUnavailable", "ContainerStarted",
+                                                             "RuntimeAvailable"]
+            assert relister.healthy is True and getattr(published[1], "container_id", "") == running
+        finally:
+            frozen.thaw()
+            await pods.cleanup()
 
 
 def _listing_filters(runtime: CountingRuntime) -> list[tuple[str, Any]]:

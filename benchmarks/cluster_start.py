@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import on_error_retry
 
 import devenv
+from benchmarks.kubelet_peer import stop_process
 from benchmarks.pod_start import (
     GRACE_SECONDS,
     empty_runtime,
@@ -146,13 +146,7 @@ class NodeProcess:
         return sum(v for (name, _), v in parse_metrics(done.stdout).items() if name == "rest_client_requests_total")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
     def release(self) -> None:
         """After stop() and once the runtime is empty: what the node left on the host."""

@@ -179,13 +179,7 @@ class KubeletProcess:
         return tunables_written(self.tunables)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
     def cleanup(self) -> list[Path]:
         """After stop() and once the runtime is empty: the cgroup root (returns what is left)."""
@@ -198,6 +192,17 @@ class KubeletProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout``; nothing if it is gone."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def binary_path() -> Path | None:

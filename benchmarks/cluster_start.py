@@ -63,6 +63,7 @@ from benchmarks.pod_start import (
 )
 from benchmarks.stats import median, pct
 from controlplane import ControlPlane, confine
+from controlplane.kubeletconfig import kubelet_config
 from cri import RuntimeClient
 
 SYSTEMS = ("nodeagent", "kubelet")
@@ -90,27 +91,8 @@ class NodeProcess:
             return [sys.executable, "-m", "nodeagent", "run", "--kubeconfig", kubeconfig,
                     "--container-runtime-endpoint", self.endpoint, "--node-name", self.name,
                     "--root-dir", str(root), "--pod-logs-dir", str(self.dir / "pods")]
-        config = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                               "x509": {"clientCAFile": str(self.cp.ca_file)}},
-            "authorization": {"mode": "Webhook"},
-            "cgroupDriver": "cgroupfs",
-            "cgroupRoot": self.cgroup_root,
-            "cgroupsPerQOS": True,
-            "failSwapOn": False,
-            "failCgroupV1": False,
-            "containerRuntimeEndpoint": self.endpoint,
-            "port": free_port(),
-            "healthzPort": free_port(),
-            "readOnlyPort": 0,
-            "podLogsDir": str(self.dir / "pods"),
-            "maxPods": 110,
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
-            "imageGCHighThresholdPercent": 100,
-            "serializeImagePulls": False,
-        }
+        config = kubelet_config(endpoint=self.endpoint, pod_logs_dir=self.dir / "pods", cgroup_root=self.cgroup_root,
+                                port=free_port(), healthz_port=free_port(), client_ca=self.cp.ca_file)
         path = self.dir / "kubelet-config.json"
         path.write_text(json.dumps(config, indent=1) + "\n")
         from controlplane import build as cpbuild
@@ -120,10 +102,7 @@ class NodeProcess:
     def start(self) -> None:
         argv = self.argv()
         if self.system == "kubelet":
-            confine.copy_tunables(self.dir / "tunables")
-            confine.make_shared(self.dir / "root")
-            confine.make_cgroup_root(self.cgroup_root)
-            argv = confine.confined_argv(argv, self.dir / "tunables")
+            argv = confine.confine(argv, self.dir, self.dir / "root", self.cgroup_root)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          cwd=REPO, start_new_session=True)
@@ -154,8 +133,7 @@ class NodeProcess:
         from devenv.hostclean import unmount_all
         unmount_all(self.dir)
         if self.system == "kubelet":
-            confine.remove_iptables_chains()
-            confine.remove_cgroup_root(self.cgroup_root)
+            confine.release(self.cgroup_root)
 
     def tail(self, lines: int = 30) -> str:
         try:

@@ -41,7 +41,6 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from controlplane.confine import (
     KERNEL_TUNABLES,
@@ -50,6 +49,7 @@ from controlplane.confine import (
     remove_cgroup_root,
     tunables_written,
 )
+from controlplane.kubeletconfig import kubelet_config
 
 NODE_IP = "192.0.2.10"  # TEST-NET-1 (RFC 5737), only ever inside the kubelet's network namespace
 GATEWAY = "192.0.2.1"
@@ -74,40 +74,6 @@ exec "$@"
 """
 
 
-def kubelet_config(*, endpoint: str, static_pod_path: Path, pod_logs_dir: Path, cgroup_root: str,
-                   port: int, healthz_port: int, max_pods: int) -> dict[str, Any]:
-    """The KubeletConfiguration of a standalone benchmark node.
-
-    No API server, so no authentication to delegate: anonymous and webhook are off and every
-    request is allowed (the server listens on loopback in a namespace of its own). Eviction
-    thresholds are the runner's (conformance/e2e): the defaults (nodefs.available 10 %) would
-    evict the benchmark's pods on a shared, fuller disk, and nodeagent's are no stricter.
-    """
-    return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False}},
-        "authorization": {"mode": "AlwaysAllow"},
-        "address": "127.0.0.1",
-        "port": port,
-        "healthzBindAddress": "127.0.0.1",
-        "healthzPort": healthz_port,
-        "readOnlyPort": 0,
-        "cgroupDriver": "cgroupfs",
-        "cgroupRoot": cgroup_root,
-        "cgroupsPerQOS": True,
-        "failSwapOn": False,
-        "failCgroupV1": False,  # these machines mount cgroup v1 hierarchies
-        "containerRuntimeEndpoint": endpoint,
-        "staticPodPath": str(static_pod_path),
-        "podLogsDir": str(pod_logs_dir),
-        "maxPods": max_pods,
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
-        "imageGCHighThresholdPercent": 100,
-        "serializeImagePulls": False,
-    }
-
-
 class KubeletProcess:
     """One standalone kubelet, with its own dirs under workdir (the node name is its hostname
     override, so static pods are named ``<manifest name>-<node>`` as nodeagent names them)."""
@@ -121,9 +87,11 @@ class KubeletProcess:
         self.log_path = self.dir / "kubelet.log"
         self.cgroup_root = f"/nodeagent-bench-{self.node}"
         self.healthz_port = 10248
+        # No API server, so no client CA: every request allowed, on loopback in its own network
+        # namespace.
         config = kubelet_config(endpoint=endpoint, static_pod_path=self.manifests, pod_logs_dir=self.dir / "logs",
                                 cgroup_root=self.cgroup_root, port=10250, healthz_port=self.healthz_port,
-                                max_pods=max_pods)
+                                max_pods=max_pods, client_ca=None)
         self.config_path = self.dir / "kubelet-config.json"
         self.config_path.write_text(json.dumps(config, indent=1) + "\n")
         root = self.dir / "root"

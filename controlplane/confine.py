@@ -133,6 +133,21 @@ def remove_cgroup_root(name: str) -> list[Path]:
     return left
 
 
+def confine(argv: Sequence[str], workdir: Path, root_dir: Path, cgroup_root: str) -> list[str]:
+    """Everything above for one kubelet: tunables copied under ``workdir``, ``root_dir`` shared,
+    ``cgroup_root`` made; returns the argv that runs it so."""
+    copy_tunables(workdir / "tunables")
+    make_shared(root_dir)
+    make_cgroup_root(cgroup_root)
+    return confined_argv(argv, workdir / "tunables")
+
+
+def release(cgroup_root: str) -> tuple[list[str], list[Path]]:
+    """After the kubelet stopped: its iptables chains removed (:func:`remove_iptables_chains`),
+    its cgroup root removed; returns both functions' answers."""
+    return remove_iptables_chains(), remove_cgroup_root(cgroup_root)
+
+
 def remove_iptables_chains() -> list[str]:
     """Take the kubelet's chains (:data:`KUBELET_CHAINS`) out of the host's iptables and
     ip6tables: first every rule that jumps to one, then the chains. Returns what was removed, as

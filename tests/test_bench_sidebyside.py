@@ -12,6 +12,7 @@ import pytest
 from benchmarks import kubelet_peer, sidebyside
 from benchmarks.pod_start import is_stopped, stat_cpu_ticks
 from benchmarks.stats import median, merge, pct
+from controlplane.kubeletconfig import kubelet_config
 from cri import types as t
 
 MiB = 2**20
@@ -133,9 +134,9 @@ def test_render_has_the_ratio_tables_only_with_a_peer() -> None:
 
 
 def test_kubelet_config_is_standalone_cgroupfs_on_v1(tmp_path: Path) -> None:
-    cfg = kubelet_peer.kubelet_config(endpoint="unix:///run/x.sock", static_pod_path=tmp_path / "m",
-                                      pod_logs_dir=tmp_path / "logs", cgroup_root="/nodeagent-bench-k1",
-                                      port=10250, healthz_port=10248, max_pods=110)
+    cfg = kubelet_config(endpoint="unix:///run/x.sock", static_pod_path=tmp_path / "m",
+                         pod_logs_dir=tmp_path / "logs", cgroup_root="/nodeagent-bench-k1",
+                         port=10250, healthz_port=10248, max_pods=110, client_ca=None)
     assert cfg["kind"] == "KubeletConfiguration"
     assert cfg["apiVersion"] == "kubelet.config.k8s.io/v1beta1"
     assert cfg["cgroupDriver"] == "cgroupfs"
@@ -147,6 +148,18 @@ def test_kubelet_config_is_standalone_cgroupfs_on_v1(tmp_path: Path) -> None:
     assert cfg["authentication"]["webhook"]["enabled"] is False
     assert cfg["authorization"]["mode"] == "AlwaysAllow"
     assert "kubeconfig" not in {k.lower() for k in cfg}
+
+
+def test_kubelet_config_with_a_client_ca_is_a_kubeadm_nodes(tmp_path: Path) -> None:
+    """The cluster-mode peer and the conformance run's node: authenticated, authorized through
+    the API server, nothing anonymous, no read-only port."""
+    cfg = kubelet_config(endpoint="unix:///run/x.sock", pod_logs_dir=tmp_path / "logs", cgroup_root="/k1",
+                         port=10250, healthz_port=10248, client_ca=tmp_path / "ca.crt")
+    assert cfg["authentication"] == {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                                     "x509": {"clientCAFile": str(tmp_path / "ca.crt")}}
+    assert cfg["authorization"] == {"mode": "Webhook"}
+    assert cfg["readOnlyPort"] == 0
+    assert "address" not in cfg and "staticPodPath" not in cfg
 
 
 def test_kubelet_argv_has_no_kubeconfig(tmp_path: Path) -> None:

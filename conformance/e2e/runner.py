@@ -224,33 +224,13 @@ class Environment:
     def kubelet_argv(self) -> list[str]:
         """The upstream kubelet (baseline), configured like a kubeadm node on our containerd."""
         from controlplane.cluster import free_port
+        from controlplane.kubeletconfig import kubelet_config
         o = self.opts
         root = self.node_dir / "root"
         (self.node_dir / "manifests").mkdir(parents=True, exist_ok=True)
-        config = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                               "x509": {"clientCAFile": str(self.cp.ca_file)}},
-            "authorization": {"mode": "Webhook"},
-            "cgroupDriver": "cgroupfs",
-            "cgroupRoot": self.kubelet_cgroup_root,  # its orphan cleanup then sees only its pods
-            "cgroupsPerQOS": True,
-            "enforceNodeAllocatable": ["pods"],
-            "containerRuntimeEndpoint": self.ctd.endpoint,
-            "failSwapOn": False,
-            "failCgroupV1": False,  # these machines mount cgroup v1 hierarchies
-            "port": free_port(),
-            "healthzPort": free_port(),
-            "readOnlyPort": 0,
-            "staticPodPath": str(self.node_dir / "manifests"),
-            "podLogsDir": str(self.node_dir / "pods"),
-            "clusterDomain": "cluster.local",
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
-                             "imagefs.available": "1%"},
-            "imageGCHighThresholdPercent": 100,
-            "serializeImagePulls": False,
-        }
+        config = kubelet_config(endpoint=self.ctd.endpoint, pod_logs_dir=self.node_dir / "pods",
+                                cgroup_root=self.kubelet_cgroup_root, port=free_port(), healthz_port=free_port(),
+                                client_ca=self.cp.ca_file, static_pod_path=self.node_dir / "manifests")
         cfg_path = self.node_dir / "kubelet-config.json"
         cfg_path.write_text(json.dumps(config, indent=1) + "\n")
         return [str(self.bin_dir / "kubelet"), f"--config={cfg_path}",
@@ -267,10 +247,7 @@ class Environment:
         tunables shadowed in a mount namespace of its own, its root dir a shared mount so that its
         volume mounts reach containerd, a cgroup root of its own."""
         from controlplane import confine
-        confine.copy_tunables(self.node_dir / "tunables")
-        confine.make_shared(self.node_dir / "root")
-        confine.make_cgroup_root(self.kubelet_cgroup_root)
-        return confine.confined_argv(argv, self.node_dir / "tunables")
+        return confine.confine(argv, self.node_dir, self.node_dir / "root", self.kubelet_cgroup_root)
 
     def release_kubelet(self) -> None:
         """After the kubelet and the runtime stopped: say which tunables it set (in its copies),
@@ -279,10 +256,9 @@ class Environment:
         tunables = self.node_dir / "tunables"
         if tunables.is_dir():
             log(f"kernel tunables the kubelet set (in its namespace only): {confine.tunables_written(tunables)}")
-        removed = confine.remove_iptables_chains()
+        removed, left = confine.release(self.kubelet_cgroup_root)
         if removed:
             log(f"removed the kubelet's iptables chains: {', '.join(removed)}")
-        left = confine.remove_cgroup_root(self.kubelet_cgroup_root)
         if left:
             log(f"cgroups left under {self.kubelet_cgroup_root} (a task still in them): {len(left)}")
 

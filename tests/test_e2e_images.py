@@ -237,6 +237,27 @@ def test_report_counts_every_selected_test(tmp_path: Path) -> None:
     assert "| 2 | failed | [sig-node] b [NodeConformance]" in (tmp_path / "out" / "report.md").read_text()
 
 
+def test_side_by_side_reads_a_report_back_and_names_what_only_the_kubelet_passes(tmp_path: Path) -> None:
+    """The kubelet column: a run's report.md read back (a pipe in a name or reason survives),
+    then per test both results and each side's failures."""
+    from conformance.e2e import report
+    ours = [report.Case("[sig-node] a | b", "passed", "", 2.0), report.Case("[sig-node] c", "failed", "[FAILED] x|y"),
+            report.Case("[sig-node] d", "passed"), report.Case("[sig-node] e", "skipped", "no netdev")]
+    report.write_markdown(tmp_path / "report.md", ours, report.RunInfo())
+    back = report.read_cases(tmp_path / "report.md")
+    assert [(c.name, c.status, c.reason) for c in back] == [(c.name, c.status, c.reason) for c in ours]
+    theirs = [report.Case("[sig-node] a | b", "passed"), report.Case("[sig-node] c", "passed"),
+              report.Case("[sig-node] d", "failed", "timed out"), report.Case("[sig-node] e", "skipped", "no netdev")]
+    report.write_all(tmp_path / "kubelet", theirs, report.RunInfo())
+    diff = report.differences(back, report.read_cases(tmp_path / "kubelet" / "results.json"))
+    assert diff.theirs_only == ["[sig-node] c"] and diff.ours_only == ["[sig-node] d"] and diff.missing == []
+    text = "\n".join(report.side_by_side_lines(back, theirs))
+    assert "- passed by kubelet and not by nodeagent: **1**; by nodeagent and not by kubelet: **1**" in text
+    assert "| [sig-node] c | failed | [FAILED] x\\|y |" in text
+    assert "| 3 | passed | failed | [sig-node] d | timed out |" in text
+    assert "| 1 | passed | passed | [sig-node] a \\| b |  |" in text
+
+
 def test_report_of_several_runs_takes_what_ran_last(tmp_path: Path) -> None:
     """Runs of parts of the selection (or a re-run) merge: the later run's result of a test
     counts, a test a run skipped by focus keeps the result of the run that ran it."""

@@ -6,6 +6,7 @@
   images   build the image archives; print built names and what is not built
   report   re-render a report from JUnit files of an earlier run
   compare  the tests whose result differs between two runs' results.json
+  side-by-side  two runs test by test, as markdown (nodeagent's and the kubelet's columns)
 
 See conformance/e2e/README.md.
 """
@@ -73,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp = sub.add_parser("compare", help="tests whose result differs between two runs "
                                            "(e.g. nodeagent vs. --node kubelet)")
     p_cmp.add_argument("results", type=Path, nargs=2, help="results.json of two runs")
+    p_sbs = sub.add_parser("side-by-side", help="two runs' results test by test, as markdown "
+                                                "(docs/conformance-report.md's kubelet column)")
+    p_sbs.add_argument("results", type=Path, nargs=2,
+                       help="results.json (or report.md) of the nodeagent run, then of the kubelet run")
     args = parser.parse_args(argv)
 
     if args.command == "run":
@@ -132,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             if x["status"] != y["status"]:
                 why = x["reason"] if x["status"] == "failed" else y["reason"]
                 print(f"A {x['status']:<7} B {y['status']:<7} {name}\n    {why}")
+        return 0
+    if args.command == "side-by-side":
+        from conformance.e2e import report as rep
+        print("\n".join(rep.side_by_side_lines(*(rep.read_cases(r) for r in args.results))))
         return 0
     return 2
 

@@ -263,3 +263,70 @@ def write_all(out_dir: Path, cases: list[Case], info: RunInfo) -> str:
         {"summary": summary, "info": asdict(info), "cases": [asdict(c) for c in cases]},
         indent=1) + "\n")
     return summary
+
+
+def read_cases(path: Path) -> list[Case]:
+    """The cases of an earlier run: its results.json, or the per-test table of a report.md
+    (:func:`write_markdown`'s, and so docs/conformance-report.md's) when only that was kept."""
+    if path.suffix == ".json":
+        return [Case(**c) for c in json.loads(path.read_text())["cases"]]
+    cases = []
+    for line in path.read_text().splitlines():
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) == 5 and cells[0].isdigit() and cells[1] in (PASSED, FAILED, SKIPPED):
+            cases.append(Case(cells[2], cells[1], cells[4], float(cells[3] or 0)))
+    if not cases:
+        raise ValueError(f"{path}: no per-test table (| # | result | test | seconds | reason |)")
+    return cases
+
+
+@dataclass
+class Differences:
+    """Two runs of one selection, test by test."""
+    ours_only: list[str]
+    """Passed on the first node, not on the second."""
+    theirs_only: list[str]
+    """Passed on the second node, not on the first: each a defect or a reasoned exception."""
+    missing: list[str]
+    """In one run's selection and not in the other's."""
+
+
+def differences(ours: list[Case], theirs: list[Case]) -> Differences:
+    a = {c.name: c for c in ours}
+    b = {c.name: c for c in theirs}
+    both = [c.name for c in ours if c.name in b]
+    return Differences(
+        ours_only=[n for n in both if a[n].status == PASSED and b[n].status != PASSED],
+        theirs_only=[n for n in both if b[n].status == PASSED and a[n].status != PASSED],
+        missing=sorted(a.keys() ^ b.keys()))
+
+
+def side_by_side_lines(ours: list[Case], theirs: list[Case], labels: tuple[str, str] = ("nodeagent", "kubelet"),
+                       ) -> list[str]:
+    """Markdown: both summaries, the tests whose results differ (with the failing side's
+    reason), then every test with both results, in the first run's order."""
+    first, second = labels
+    b = {c.name: c for c in theirs}
+    diff = differences(ours, theirs)
+    lines = [f"- **{first}: {summary_line(ours)}** of {len(ours)}",
+             f"- **{second}: {summary_line(theirs)}** of {len(theirs)}",
+             f"- passed by {second} and not by {first}: **{len(diff.theirs_only)}**; "
+             f"by {first} and not by {second}: **{len(diff.ours_only)}**", ""]
+    if diff.missing:
+        lines += [f"In one selection only (left out of the comparison): {len(diff.missing)}", ""]
+    ours_by_name = {c.name: c for c in ours}
+    for title, names, failing in ((f"Passed by {second}, not by {first}", diff.theirs_only, ours_by_name),
+                                  (f"Passed by {first}, not by {second}", diff.ours_only, b)):
+        if not names:
+            continue
+        lines += [f"{title}:", "", "| test | result there | reason (first line) |", "|---|---|---|"]
+        lines += [f"| {_md_cell(n)} | {failing[n].status} | {_md_cell(failing[n].reason)} |" for n in names]
+        lines.append("")
+    lines += [f"| # | {first} | {second} | test | reason (first line, of the side that did not pass) |",
+              "|---|---|---|---|---|"]
+    for i, c in enumerate(ours, 1):
+        other = b.get(c.name)
+        reason = c.reason if c.status != PASSED else (other.reason if other and other.status != PASSED else "")
+        lines.append(f"| {i} | {c.status} | {other.status if other else '–'} | {_md_cell(c.name)} | "
+                     f"{_md_cell(reason)} |")
+    return lines

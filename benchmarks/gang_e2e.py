@@ -45,7 +45,7 @@ from typing import Any
 
 import anyio
 
-from benchmarks import start_floor
+from benchmarks import cpushare, start_floor
 from benchmarks.gang_cluster import GangCluster, gang_cluster, private_runtimes, until
 from benchmarks.pod_start import git_description, histogram, load_average, parse_metrics
 from controlplane import ControlPlane
@@ -56,16 +56,37 @@ async def _all(check: Any) -> bool:
     return bool(check())
 
 
+def cpu_classes(c: GangCluster, shims: list[int]) -> dict[str, list[int]]:
+    """The processes whose CPU the start window is split into (benchmarks/cpushare.py)."""
+    return {"agents": [n.proc.pid for n in c.nodes if n.proc is not None],
+            "runtimes": [pid for n in c.nodes if (pid := n.runtime.pid()) is not None] + shims,
+            "control_plane": list(c.cp.pids().values()),
+            "benchmark": [os.getpid()]}
+
+
 async def gang_run(c: GangCluster, nodes: int, gang: bool) -> dict[str, float]:
     g = await c.create_gang(nodes, gang=gang)
     members = list(g.members)
+    window: cpushare.Snapshot | None = None
+    shims: list[int] = []
+    if gang:
+        # The CPU of the start window (the commit record → the last start): taken when this
+        # process sees the record, which is when the agents see it (one watch, ±10 ms).
+        await until(lambda: _all(lambda: any(c.pods[m].record.get("status") == "True" for m in members)), 180,
+                    "the commit record", interval=0.01)
+        shims = cpushare.shims_of(n.runtime.endpoint for n in c.nodes)
+        window = cpushare.snapshot(cpu_classes(c, shims), with_children=["runtimes"])
     await until(lambda: _all(lambda: len(c.started(members)) == nodes), 180, "every member's container started")
+    cpu: dict[str, float] = {}
+    if window is not None:
+        after = cpushare.snapshot(cpu_classes(c, shims), with_children=["runtimes"])
+        cpu = {f"window_{key}": value for key, value in cpushare.shares(window, after).items()}
     await anyio.sleep(0.3)
     seen = c.check_all_or_nothing(members, gang=gang)
     starts = [s.started_at / 1e9 for s in seen]
     last = max(starts)
     out = {"created_to_running": last - g.created, "skew": last - min(starts),
-           "bind_to_started": last - max(c.pods[m].bound for m in members)}
+           "bind_to_started": last - max(c.pods[m].bound for m in members), **cpu}
     if gang:
         last_vote = max(c.pods[m].voted for m in members)
         out["release"] = last - last_vote
@@ -312,7 +333,13 @@ def render(results: dict[str, list[float]], extra: dict[str, Any], meta: dict[st
             ("· members whose container was created before the record (count)", "created_ahead", ""),
             ("start skew across nodes", "skew", "≤ 0.2 s"),
             ("· skew of the agents following the commit (the barrier's own share)", "commit_skew", ""),
-            ("gang deleted → nothing held on any node", "delete_to_released", "")]
+            ("gang deleted → nothing held on any node", "delete_to_released", ""),
+            ("start window (the record seen → all seen started), seconds", "window_window", ""),
+            ("· CPU seconds in it: the agents", "window_agents", ""),
+            ("· the runtimes (containerd, shims, the runc they ran)", "window_runtimes", ""),
+            ("· the control plane", "window_control_plane", ""),
+            ("· this benchmark (its watch and CRI polls)", "window_benchmark", ""),
+            ("· cores busy on the whole machine", "window_machine_cores", f"of {os.cpu_count()}")]
     for title, key, goal in rows:
         lines.append(f"| {title} | {cell('gang_' + key)} | {cell('plain_' + key)} | {goal} |")
     lines.append(f"| abort decision (record in the API) → every healthy node released | {cell('abort_to_released')} "

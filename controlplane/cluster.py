@@ -313,6 +313,10 @@ class ControlPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def pids(self) -> dict[str, int]:
+        """The running components' process IDs, by name (etcd, kube-apiserver, ...)."""
+        return {n: p.pid for n, p in self._procs.items() if p.poll() is None}
+
     def running(self, name: str) -> bool:
         proc = self._procs.get(name)
         return proc is not None and proc.poll() is None
@@ -602,7 +606,7 @@ class ControlPlane:
             return "(no log)"
 
     def _write_state(self) -> None:
-        state = {"pids": {n: p.pid for n, p in self._procs.items() if p.poll() is None},
+        state = {"pids": self.pids(),
                  "server_url": self.server_url if self.config else None,
                  "kubeconfig_admin": str(self.kubeconfig_admin)}
         path = self.base_dir / "state.json"

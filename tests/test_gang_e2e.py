@@ -483,3 +483,18 @@ async def test_the_benchmarks_start_floor_starts_one_container_per_runtime_at_on
         async with RuntimeClient(env.endpoint) as client:
             assert await client.list_pod_sandbox() == [], env.endpoint
             assert await client.list_containers() == [], env.endpoint
+
+
+async def test_the_benchmarks_gang_run_splits_its_start_window_into_who_had_the_cpu(cluster: GangCluster) -> None:
+    """benchmarks/gang_e2e.py's gang run on the real cluster: besides the timings, the CPU each
+    class of process used between the commit record and the last start (benchmarks/cpushare.py),
+    each class found and counted (the agents started a member each, the runtimes ran runc)."""
+    from benchmarks import gang_e2e
+
+    out = await gang_e2e.gang_run(cluster, NODES, gang=True)
+    assert out["skew"] >= 0 and out["release"] > 0, out
+    assert 0 < out["window_window"] < 60, out
+    for key in ("window_agents", "window_runtimes", "window_control_plane"):
+        assert out[key] > 0, (key, out)
+    assert 0 < out["window_machine_cores"] <= (os.cpu_count() or 1) + 0.01, out
+    assert not cluster.violations, cluster.violations

@@ -14,6 +14,10 @@ instant, ``--runs`` times, what no agent can beat on this machine. Then each run
    - *release*: the last member's vote seen in the API (prepared: devices, sandbox, image) →
      every member's container started; the goal is one watch round trip (≤ 1 s);
    - *skew*: max − min of the members' container starts (CRI), goal ≤ 200 ms;
+   - *the start window's CPU*: from the commit record seen here to every start seen, the CPU
+     seconds the agents, the runtimes (with the runc their shims ran), the control plane and
+     this process used, and the machine's busy cores (benchmarks/cpushare.py): where the skew
+     goes when eight nodes share this machine's cores;
    then deleted, and *delete → released* (no sandbox, no prepared claim, no checkpoint entry).
 2. **plain**: the same pods without Workload, PodGroup or schedulingGroup: created → all running,
    skew.

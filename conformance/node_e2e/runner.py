@@ -57,6 +57,7 @@ class Options:
     workdir: Path = DEFAULT_WORKDIR
     report_dir: Path | None = None
     focus: str | None = None
+    node_only: bool = False             # only the specs defined in test/e2e_node
     node: str = "nodeagent"             # or "kubelet": the upstream kubelet, a baseline
     # The harness's own kubelet keeps the host name (no --hostname-override unless --node-name);
     # the suite takes whatever single Node registers.
@@ -355,10 +356,10 @@ def run(opts: Options) -> int:
     if secs:
         log(f"built {binary} in {secs:.0f}s")
     specs = sel.list_specs(binary)
-    selected = sel.select(specs, opts.focus)
+    selected = sel.select(specs, opts.focus, node_only=opts.node_only)
     skip_reasons = sel.skip_reasons(selected, sel.load_skips())
     to_run = [s.name for s in selected if s.name not in skip_reasons]
-    what = "[NodeConformance] of e2e_node.test" + (f", focus {opts.focus!r}" if opts.focus else "")
+    what = ("[NodeConformance] of e2e_node.test" + (" defined in test/e2e_node" if opts.node_only else "") + (f", focus {opts.focus!r}" if opts.focus else ""))
     log(f"selected {len(selected)} specs ({what}); {len(skip_reasons)} on the skip list; {len(to_run)} to run")
     if opts.dry_run:
         for s in selected:

@@ -55,8 +55,10 @@ def load_skips(path: Path = SKIP_FILE) -> list[Skip]:
     return skips
 
 
-def select(specs: list[Spec], focus: str | None = None) -> list[Spec]:
-    chosen = [s for s in specs if "[NodeConformance]" in s.name]
+def select(specs: list[Spec], focus: str | None = None, *, node_only: bool = False) -> list[Spec]:
+    """``node_only``: only the specs defined in test/e2e_node (not the test/e2e/common ones
+    e2e_node.test also carries, which conformance/e2e runs through e2e.test already)."""
+    chosen = [s for s in specs if "[NodeConformance]" in s.name and (not node_only or "/test/e2e_node/" in s.file)]
     if focus:
         rx = re.compile(focus)
         chosen = [s for s in chosen if rx.search(s.name)]

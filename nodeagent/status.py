@@ -28,6 +28,7 @@ import structlog
 from nodeagent import hostpaths, quantity
 from nodeagent.backoff import Backoff
 from nodeagent.events import PodRef
+from nodeagent.labels import CONFIG_SOURCE
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
 from nodeagent.podstatus import (
@@ -364,6 +365,7 @@ def compute(rec: _PodRecord) -> PodStatus:
     status = _apply_readiness_gates(status, pod)
     status = _stamp_transitions(status, rec)
 
+    status = _terminal_phase(status, rec)
     if rec.failed or (rec.reason and rec.state in (PodState.TERMINATING, PodState.TERMINATED)
                       and status.phase != "Succeeded"):
         return status.model_copy(update={"phase": "Failed", "reason": rec.reason, "message": rec.message})
@@ -373,6 +375,23 @@ def compute(rec: _PodRecord) -> PodStatus:
             "message": status.message if status.message is not None or not rec.message else rec.message,
         })
     return status
+
+
+def _terminal_phase(status: PodStatus, rec: _PodRecord) -> PodStatus:
+    """A torn-down API pod whose containers all stopped is terminal whatever its restart policy:
+    Succeeded when every one exited 0, else Failed (getPhase with podIsTerminal, which the
+    kubelet's syncTerminatingPod and SyncTerminatedPod pass, pkg/kubelet/kubelet_pods.go; a
+    deleted restartPolicy: Always pod would otherwise stay Running for good). Static pods keep
+    the restart policy's phase, as the kubelet's TODO(#116484) does."""
+    if rec.state is not PodState.TERMINATED or status.phase in ("Succeeded", "Failed"):
+        return status
+    if rec.pod.metadata.annotations.get(CONFIG_SOURCE, "api") != "api":
+        return status
+    regular = status.container_statuses or []
+    if not regular or any(c.state is None or c.state.terminated is None for c in regular):
+        return status
+    ok = all(c.state.terminated.exit_code == 0 for c in regular if c.state and c.state.terminated)
+    return status.model_copy(update={"phase": "Succeeded" if ok else "Failed"})
 
 
 def _overlay_waiting(statuses: list[ContainerStatus] | None,

@@ -58,6 +58,7 @@ class Options:
     report_dir: Path | None = None
     focus: str | None = None
     node_only: bool = False             # only the specs defined in test/e2e_node
+    slice: bool = False                 # only ci-slice.yaml's specs
     node: str = "nodeagent"             # or "kubelet": the upstream kubelet, a baseline
     # The harness's own kubelet keeps the host name (no --hostname-override unless --node-name);
     # the suite takes whatever single Node registers.
@@ -123,6 +124,9 @@ class Environment:
         self.token = secrets.token_hex(16)
         self.api = API(self.token)
         self.ctd = Containerd(self.work / "ctd", runtime=selected(opts.runtime))
+        # The handler upstream's node e2e CI configures (runtimeclass.PreconfiguredRuntimeClassHandler,
+        # test/e2e/framework/node/runtimeclass): the RuntimeClass and pod overhead specs name it.
+        self.ctd.extra_runc_handlers = ("test-handler",)
         self.services_dir = self.work / "services"
         self.services_log = self.work / "services.log"
         self.node_dir = self.work / "node"
@@ -357,9 +361,12 @@ def run(opts: Options) -> int:
         log(f"built {binary} in {secs:.0f}s")
     specs = sel.list_specs(binary)
     selected = sel.select(specs, opts.focus, node_only=opts.node_only)
+    if opts.slice:
+        selected = sel.apply_slice(selected, sel.load_slice())
     skip_reasons = sel.skip_reasons(selected, sel.load_skips())
     to_run = [s.name for s in selected if s.name not in skip_reasons]
-    what = ("[NodeConformance] of e2e_node.test" + (" defined in test/e2e_node" if opts.node_only else "") + (f", focus {opts.focus!r}" if opts.focus else ""))
+    what = ("[NodeConformance] of e2e_node.test" + (" defined in test/e2e_node" if opts.node_only else "")
+            + (", slice ci" if opts.slice else "") + (f", focus {opts.focus!r}" if opts.focus else ""))
     log(f"selected {len(selected)} specs ({what}); {len(skip_reasons)} on the skip list; {len(to_run)} to run")
     if opts.dry_run:
         for s in selected:

@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
                        help=f"e2e_node.test to use or build (default $NODEAGENT_E2E_NODE_TEST or {harness.binary_path()})")
     for p in (p_run, p_list):
         p.add_argument("--focus", help="only selected specs whose name matches this (Python) regex")
+        p.add_argument("--slice", choices=["ci"], help="only the specs of ci-slice.yaml (pass here in seconds)")
         p.add_argument("--node-only", action="store_true",
                        help="only the specs defined in test/e2e_node (not those of test/e2e/common)")
     p_run.add_argument("--workdir", type=Path, default=runner.DEFAULT_WORKDIR,
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         path, secs = harness.build(args.binary, force=args.force)
         print(f"{path} ({'built in %.0fs' % secs if secs else 'already built'})")
         return 0
-    opts = runner.Options(focus=args.focus, node_only=args.node_only, binary=args.binary, dry_run=args.command == "list")
+    opts = runner.Options(focus=args.focus, node_only=args.node_only, slice=args.slice == "ci", binary=args.binary, dry_run=args.command == "list")
     if args.command == "run":
         opts.workdir, opts.report_dir, opts.node = args.workdir, args.report_dir, args.node
         if args.node_name:

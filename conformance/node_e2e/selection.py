@@ -22,9 +22,10 @@ from conformance.e2e.selection import SelectionError, Spec, focus_regex, list_sp
 
 HERE = Path(__file__).resolve().parent
 SKIP_FILE = HERE / "skip.yaml"
+SLICE_FILE = HERE / "ci-slice.yaml"
 
 __all__ = ["SKIP_FILE", "Skip", "SelectionError", "Spec", "focus_regex", "list_specs", "load_skips",
-           "select", "skip_reasons"]
+           "select", "skip_reasons", "load_slice", "apply_slice"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +75,20 @@ def skip_reasons(selected: list[Spec], skips: list[Skip]) -> dict[str, str]:
                 out[s.name] = sk.reason
                 break
     return out
+
+
+def load_slice(path: Path = SLICE_FILE) -> list[str]:
+    """ci-slice.yaml: {tests: [exact full names]} -- specs that pass here in seconds."""
+    data = yaml.safe_load(path.read_text()) or {}
+    tests = data.get("tests") if isinstance(data, dict) else data
+    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+        raise SelectionError(f"{path}: 'tests' must be a list of exact spec names")
+    return tests
+
+
+def apply_slice(selected: list[Spec], wanted: list[str]) -> list[Spec]:
+    by_name = {s.name: s for s in selected}
+    missing = [n for n in wanted if n not in by_name]
+    if missing:
+        raise SelectionError(f"the slice names specs that are not in the selection (renamed upstream?): {missing}")
+    return [by_name[n] for n in wanted]

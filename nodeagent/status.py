@@ -33,6 +33,7 @@ from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
 from nodeagent.podstatus import (
     ContainerState,
+    ContainerStateTerminated,
     ContainerStateWaiting,
     ContainerStatus,
     HostIP,
@@ -378,20 +379,27 @@ def compute(rec: _PodRecord) -> PodStatus:
 
 
 def _terminal_phase(status: PodStatus, rec: _PodRecord) -> PodStatus:
-    """A torn-down API pod whose containers all stopped is terminal whatever its restart policy:
-    Succeeded when every one exited 0, else Failed (getPhase with podIsTerminal, which the
-    kubelet's syncTerminatingPod and SyncTerminatedPod pass, pkg/kubelet/kubelet_pods.go; a
-    deleted restartPolicy: Always pod would otherwise stay Running for good). Static pods keep
-    the restart policy's phase, as the kubelet's TODO(#116484) does."""
+    """A torn-down API pod is terminal whatever its restart policy: Succeeded when every regular
+    container exited 0, else Failed (getPhase with podIsTerminal, which the kubelet's
+    syncTerminatingPod and SyncTerminatedPod pass, pkg/kubelet/kubelet_pods.go; a deleted
+    restartPolicy: Always pod would otherwise stay Running for good). A container that never ran
+    to an exit is shown as the kubelet's status manager shows it (TerminatePod): terminated, 137,
+    ContainerStatusUnknown -- so a pod deleted while Pending ends Failed. Static pods keep the
+    restart policy's phase, as the kubelet's TODO(#116484) does."""
     if rec.state is not PodState.TERMINATED or status.phase in ("Succeeded", "Failed"):
         return status
     if rec.pod.metadata.annotations.get(CONFIG_SOURCE, "api") != "api":
         return status
-    regular = status.container_statuses or []
-    if not regular or any(c.state is None or c.state.terminated is None for c in regular):
+    regular = list(status.container_statuses or [])
+    if not regular:
         return status
-    ok = all(c.state.terminated.exit_code == 0 for c in regular if c.state and c.state.terminated)
-    return status.model_copy(update={"phase": "Succeeded" if ok else "Failed"})
+    unknown = ContainerStateTerminated(exit_code=137, reason="ContainerStatusUnknown",
+                                       message="The container could not be located when the pod was terminated")
+    shown = [c if c.state.terminated is not None else
+             c.model_copy(update={"state": ContainerState(terminated=unknown), "ready": False, "started": False})
+             for c in regular]
+    ok = all(c.state.terminated is not None and c.state.terminated.exit_code == 0 for c in shown)
+    return status.model_copy(update={"phase": "Succeeded" if ok else "Failed", "container_statuses": shown})
 
 
 def _overlay_waiting(statuses: list[ContainerStatus] | None,

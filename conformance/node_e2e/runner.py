@@ -325,6 +325,18 @@ class Environment:
             shutil.rmtree(APISERVER_CERT_DIR, ignore_errors=True)
 
 
+def _running_kubelets() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "kubelet":
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return sorted(pids)
+
+
 # --- the tests -------------------------------------------------------------------------------
 
 def run_tests(env: Environment, names: list[str], report_dir: Path, log_path: Path) -> int:
@@ -375,6 +387,11 @@ def run(opts: Options) -> int:
     from controlplane import build as cpbuild
     if opts.node == "kubelet" and not cpbuild.binary("kubelet").exists():
         raise SystemExit(f"--node kubelet needs {cpbuild.binary('kubelet')} (python -m controlplane build kubelet)")
+    if opts.node == "kubelet" and (others := _running_kubelets()):
+        # Its teardown takes the kubelet's iptables chains out of the host's tables
+        # (controlplane/confine.py release): the same chains another kubelet here relies on.
+        raise SystemExit(f"--node kubelet: other kubelet processes run on this machine (pids {others}); "
+                         "the baseline's teardown would remove their iptables chains")
     info = rep.RunInfo(
         title=("Upstream node e2e (test/e2e_node) against nodeagent" if opts.node == "nodeagent" else
                "Upstream node e2e (test/e2e_node) against the upstream kubelet (baseline, not nodeagent)"),

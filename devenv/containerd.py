@@ -166,6 +166,8 @@ class Containerd:
         self.bridge_name = "na" + tag  # interface names are at most 15 chars
         self.network_name = "nodeagent-" + tag
         self._proc: subprocess.Popen[bytes] | None = None
+        # More runtime handler names for runc (set before start(); written into the config).
+        self.extra_runc_handlers: tuple[str, ...] = ()
 
     # --- paths -------------------------------------------------------------
 
@@ -289,8 +291,11 @@ class Containerd:
         runtimes = f"{prefix}.containerd.runtimes"
         lines = []
         runc = str(self.runtime.runc) if self.runtime.runc is not None else None
+        # Extra names run by runc (one state root: a handler is only a name for the runtime):
+        # the node e2e suite's RuntimeClass specs expect upstream CI's "test-handler".
+        extra = tuple((name, runc, self.runc_root) for name in self.extra_runc_handlers)
         for handler, binary, root in (("runc", runc, self.runc_root),
-                                      ("crun", str(self.crun_wrapper), self.crun_root)):
+                                      ("crun", str(self.crun_wrapper), self.crun_root), *extra):
             lines += [
                 "",
                 f"[{runtimes}.{handler}]",

@@ -1,6 +1,6 @@
 """The local HTTP endpoint: /healthz, /metrics, /pods, /trace/POD, /plugins.
 
-Deliberately tiny (GET only, one request per connection) so it needs no web framework; it
+Deliberately tiny (GET and HEAD only, one request per connection) so it needs no web framework; it
 binds to loopback by default, like the kubelet's healthz port.
 """
 
@@ -87,8 +87,11 @@ async def serve(routes: Routes, host: str, port: int, contain: Callable[[str, Ex
                     data += chunk
             limits.activate(slot)  # a whole request: no longer an idle socket to evict
             request_line = data.split(b"\r\n", 1)[0].decode("latin-1").split()
-            if len(request_line) < 2 or request_line[0] != "GET":
-                status, ctype, body = 400, "text/plain", "only GET is served\n"
+            # HEAD as Go's net/http answers it for the kubelet: GET's headers, no body (the node
+            # e2e suite's HealthCheck, test/e2e/framework/node/helper.go, sends HEAD /healthz).
+            method = request_line[0] if request_line else ""
+            if len(request_line) < 2 or method not in ("GET", "HEAD"):
+                status, ctype, body = 400, "text/plain", "only GET and HEAD are served\n"
             else:
                 status, ctype, body = _answer(routes, request_line[1], contain)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, TimeoutError):
@@ -97,7 +100,7 @@ async def serve(routes: Routes, host: str, port: int, contain: Callable[[str, Ex
         head = (f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
         try:
-            await stream.send(head + payload)
+            await stream.send(head + (b"" if method == "HEAD" else payload))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
 

@@ -28,10 +28,12 @@ import structlog
 from nodeagent import hostpaths, quantity
 from nodeagent.backoff import Backoff
 from nodeagent.events import PodRef
+from nodeagent.labels import CONFIG_SOURCE
 from nodeagent.lifecycle import PodState
 from nodeagent.model import Pod
 from nodeagent.podstatus import (
     ContainerState,
+    ContainerStateTerminated,
     ContainerStateWaiting,
     ContainerStatus,
     HostIP,
@@ -364,6 +366,7 @@ def compute(rec: _PodRecord) -> PodStatus:
     status = _apply_readiness_gates(status, pod)
     status = _stamp_transitions(status, rec)
 
+    status = _terminal_phase(status, rec)
     if rec.failed or (rec.reason and rec.state in (PodState.TERMINATING, PodState.TERMINATED)
                       and status.phase != "Succeeded"):
         return status.model_copy(update={"phase": "Failed", "reason": rec.reason, "message": rec.message})
@@ -373,6 +376,30 @@ def compute(rec: _PodRecord) -> PodStatus:
             "message": status.message if status.message is not None or not rec.message else rec.message,
         })
     return status
+
+
+def _terminal_phase(status: PodStatus, rec: _PodRecord) -> PodStatus:
+    """A torn-down API pod is terminal whatever its restart policy: Succeeded when every regular
+    container exited 0, else Failed (getPhase with podIsTerminal, which the kubelet's
+    syncTerminatingPod and SyncTerminatedPod pass, pkg/kubelet/kubelet_pods.go; a deleted
+    restartPolicy: Always pod would otherwise stay Running for good). A container that never ran
+    to an exit is shown as the kubelet's status manager shows it (TerminatePod): terminated, 137,
+    ContainerStatusUnknown -- so a pod deleted while Pending ends Failed. Static pods keep the
+    restart policy's phase, as the kubelet's TODO(#116484) does."""
+    if rec.state is not PodState.TERMINATED or status.phase in ("Succeeded", "Failed"):
+        return status
+    if rec.pod.metadata.annotations.get(CONFIG_SOURCE, "api") != "api":
+        return status
+    regular = list(status.container_statuses or [])
+    if not regular:
+        return status
+    unknown = ContainerStateTerminated(exit_code=137, reason="ContainerStatusUnknown",
+                                       message="The container could not be located when the pod was terminated")
+    shown = [c if c.state.terminated is not None else
+             c.model_copy(update={"state": ContainerState(terminated=unknown), "ready": False, "started": False})
+             for c in regular]
+    ok = all(c.state.terminated is not None and c.state.terminated.exit_code == 0 for c in shown)
+    return status.model_copy(update={"phase": "Succeeded" if ok else "Failed", "container_statuses": shown})
 
 
 def _overlay_waiting(statuses: list[ContainerStatus] | None,

@@ -31,6 +31,12 @@ def _get(port: int, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def _head(port: int, path: str) -> tuple[int, str]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="HEAD")
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return r.status, r.read().decode()
+
+
 async def _cli(*args: str) -> str:
     result = await anyio.run_process([sys.executable, "-m", "nodeagent", *args], check=False)
     assert result.returncode == 0, result.stderr.decode()
@@ -46,6 +52,9 @@ async def test_healthz_metrics_pods_and_trace(containerd: Any, tmp_path: Path) -
 
         status, body = await anyio.to_thread.run_sync(_get, port, "/healthz")
         assert (status, body) == (200, "ok\n")
+        # HEAD as the kubelet answers it (the node e2e suite's health check): GET's status, no body
+        status, body = await anyio.to_thread.run_sync(_head, port, "/healthz")
+        assert (status, body) == (200, "")
         _, metrics = await anyio.to_thread.run_sync(_get, port, "/metrics")
         assert "kubelet_pod_start_duration_seconds_count 1" in metrics
         assert 'nodeagent_stage_duration_seconds_count{stage="runtime",phase="prepare"}' in metrics

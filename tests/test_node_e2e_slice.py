@@ -6,7 +6,9 @@ then the specs (docs/node-e2e.md).
 
 One pytest test per upstream spec, failing with the upstream failure's first line; the report
 stays in the run's directory when anything failed. The suite's ports are fixed (6443 for its API
-server, 10250/10248 where its specs dial the node): the test skips when one is taken.
+server, 10250/10248 where its specs dial the node, nodeagent's own defaults): the file is marked
+``serial``, so `make test` runs it alone after the two workers, and a port still taken then fails
+it with what holds it, never skips it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import pytest
 
 from conformance.node_e2e import harness, runner, selection
 
+pytestmark = pytest.mark.serial
+
 SLICE = selection.load_slice()
 RUN_TIMEOUT_SECONDS = 15 * 60
 
@@ -31,8 +35,7 @@ RUN_TIMEOUT_SECONDS = 15 * 60
 def slice_results() -> dict[str, dict[str, Any]]:
     busy = [p for p in (harness.API_PORT, harness.KUBELET_PORT, harness.KUBELET_HEALTHZ_PORT)
             if not runner._port_free(p)]
-    if busy:
-        pytest.skip(f"port(s) {busy} taken: another node e2e run, or a kubelet, on this machine")
+    assert not busy, f"port(s) {busy} taken: another node e2e run, a kubelet or a nodeagent on this machine"
     harness.build()  # seconds with Go's cache warm from e2e.test; minutes on a fresh machine
     workdir = Path(tempfile.mkdtemp(prefix="na-ne2e-", dir="/tmp"))  # short: containerd's socket path
     command = [sys.executable, "-m", "conformance.node_e2e", "run", "--slice", "ci", "--workdir", str(workdir)]

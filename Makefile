@@ -11,7 +11,7 @@ PYTHON ?= python3
 # needs nothing before it. TEST_WORKERS pytest-xdist workers take whole files (a module's
 # fixtures are set up once): the tests mostly wait on runtimes and servers, so two workers on
 # two cores halve the suite's time (39 -> 20 min warm). TEST_WORKERS=0 runs in one process.
-# The tests marked `serial` (a synthetic load of their own on the agent) run alone afterwards,
+# The tests marked `serial` (a synthetic load of their own on the agent, or fixed ports) run alone afterwards,
 # so that two loads never add up; both runs must pass. Every test that took 10 s or more is
 # listed at the end of each: where the CI budget goes.
 TEST_WORKERS ?= 2

@@ -234,3 +234,42 @@ async def test_a_status_that_cannot_be_computed_is_contained() -> None:
     await writer.flush()
     assert contained == ["status-sink"]
     assert len(sink.writes) == 1, "the other pod's status is written"
+
+
+def _terminated(exit_code: int) -> dict[str, Any]:
+    return {**RUNNING, "ready": False, "started": False,
+            "state": {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error"}}}
+
+
+@pytest.mark.parametrize(("observed", "source", "phase"), [
+    ([_terminated(0)], "api", "Succeeded"),
+    ([_terminated(143)], "api", "Failed"),
+    ([{**RUNNING, "ready": False, "started": False,
+       "state": {"waiting": {"reason": "ContainerCreating"}}}], "api", "Failed"),
+    ([_terminated(0)], "file", None),
+])
+async def test_a_torn_down_api_pod_is_terminal_whatever_its_restart_policy(
+        observed: list[dict[str, Any]], source: str, phase: str | None) -> None:
+    # The kubelet's getPhase with podIsTerminal: a deleted restartPolicy Always pod whose
+    # containers have stopped is Succeeded (all exited 0) or Failed, not Running for good; a
+    # container that never ran shows as TerminatePod shows it (137, ContainerStatusUnknown).
+    # A static pod keeps its restart policy's phase (the kubelet's TODO #116484).
+    from nodeagent.labels import CONFIG_SOURCE
+    sink = RecordingSink()
+    writer = StatusWriter([sink], host_ip="10.0.0.1")
+    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1",
+                                           "annotations": {CONFIG_SOURCE: source}},
+                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.set_state("u1", PodState.RUNNING)
+    writer.reporter("u1").set_observed(PodStatus.model_validate({"phase": "Running", "containerStatuses": observed}))
+    await writer.flush()
+    before = sink.writes[-1]["phase"]
+    writer.set_state("u1", PodState.TERMINATED)
+    await writer.flush()
+    status = sink.writes[-1]
+    assert status["phase"] == (phase or before), status
+    if observed[0]["state"].get("waiting"):
+        assert status["containerStatuses"][0]["state"] == {"terminated": {
+            "exitCode": 137, "reason": "ContainerStatusUnknown",
+            "message": "The container could not be located when the pod was terminated"}}, status

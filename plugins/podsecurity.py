@@ -3,7 +3,12 @@
 * privileged containers when the node disallows them (``allowPrivileged: false``; the kubelet's
   privilege admit handler): reason ``Forbidden``;
 * sysctls outside the safe set and ``allowedUnsafeSysctls``, or a namespaced sysctl whose
-  namespace the pod shares with the host (pkg/kubelet/sysctl): reason ``SysctlForbidden``.
+  namespace the pod shares with the host (pkg/kubelet/sysctl): reason ``SysctlForbidden``;
+* an AppArmor profile (other than Unconfined, in a security context or the deprecated
+  annotation) on a host whose kernel does not enforce AppArmor, or a Localhost profile without
+  a name (pkg/security/apparmor): reason ``AppArmor``, "Cannot enforce AppArmor: ...". Without
+  this the runtime would fail the container later ("apparmor is not supported"), after the
+  pod's sandbox and volumes were made for nothing.
 
 Rejecting at admission (rather than when a container is configured) fails the pod before
 anything is prepared for it, with the reason the kubelet gives.
@@ -12,6 +17,7 @@ anything is prepared for it, with the reason the kubelet gives.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import ClassVar
 
 from nodeagent.kube.security import is_privileged, normalize_sysctl
@@ -21,6 +27,8 @@ from nodeagent.stages import Admit, AgentHandle, NodeView, Result
 
 FORBIDDEN = "Forbidden"
 SYSCTL_FORBIDDEN = "SysctlForbidden"
+APPARMOR = "AppArmor"
+APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
 IPC, NET = "IPC", "Net"
 
 # pkg/kubelet/sysctl/safe_sysctls.go: namespaced, and isolated from the node and other pods.
@@ -81,12 +89,44 @@ class SysctlAllowlist:
         return None
 
 
+def apparmor_host_error(sysfs: Path = Path("/sys")) -> str | None:
+    """Why this host cannot enforce AppArmor, or None (the kubelet's validateHost, read once at
+    start: enabling AppArmor needs a restart anyway)."""
+    try:
+        enabled = (sysfs / "module/apparmor/parameters/enabled").read_text()
+    except OSError:
+        enabled = ""
+    if not (sysfs / "kernel/security/apparmor").exists() or not enabled.startswith("Y"):
+        return "AppArmor is not enabled on the host"
+    return None
+
+
+def apparmor_problem(pod: Pod, host_error: str | None) -> str | None:
+    """The kubelet's AppArmor validator: None when the pod needs nothing the host lacks."""
+    sc = pod.spec.security_context
+    profiles = [sc.app_armor_profile if sc else None,
+                *(c.security_context.app_armor_profile if c.security_context else None for c in pod.all_containers())]
+    required = any(p is not None and p.type != "Unconfined" for p in profiles) or any(
+        key.startswith(APPARMOR_ANNOTATION_PREFIX) and value != "unconfined"
+        for key, value in (pod.metadata.annotations or {}).items())
+    if not required:
+        return None
+    if host_error is not None:
+        return host_error
+    for p in profiles:
+        if p is not None and p.type == "Localhost" and not (p.localhost_profile or "").strip():
+            return f"invalid empty AppArmor profile name: {p.localhost_profile or ''!r}"
+    return None
+
+
 class PodSecurity(Admit):
     name: ClassVar[str] = "podsecurity"
 
-    def __init__(self, allow_privileged: bool, sysctls: SysctlAllowlist) -> None:
+    def __init__(self, allow_privileged: bool, sysctls: SysctlAllowlist, apparmor_host: str | None = None) -> None:
         self.allow_privileged = allow_privileged
         self.sysctls = sysctls
+        self.apparmor_host = apparmor_host
+        """Why the host cannot enforce AppArmor (None: it can)."""
 
     async def admit(self, pod: Pod, node: NodeView) -> Result:
         if not self.allow_privileged:
@@ -101,6 +141,9 @@ class PodSecurity(Admit):
             problem = self.sysctls.check(sysctl.name, pod.spec.host_network, pod.spec.host_ipc)
             if problem:
                 return Result.reject(SYSCTL_FORBIDDEN, f"forbidden sysctl: {problem}")
+        problem = apparmor_problem(pod, self.apparmor_host)
+        if problem:
+            return Result.reject(APPARMOR, f"Cannot enforce AppArmor: {problem}")
         return Result.ok()
 
 
@@ -113,7 +156,7 @@ class PodSecurityConfig(PluginConfig):
 def plugin(config: PodSecurityConfig, handle: AgentHandle) -> PodSecurity:
     """allowPrivileged is this plugin's own; the unsafe sysctls are the kubelet's
     allowedUnsafeSysctls."""
-    return PodSecurity(config.allow_privileged, SysctlAllowlist(handle.settings.unsafe_sysctls))
+    return PodSecurity(config.allow_privileged, SysctlAllowlist(handle.settings.unsafe_sysctls), apparmor_host_error())
 
 
 plugin.stage_class = PodSecurity  # type: ignore[attr-defined]

@@ -15,6 +15,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+THIS_HOST: dict[str, Any] = {
+    "cgroupDriver": "cgroupfs",
+    "cgroupsPerQOS": True,
+    "failSwapOn": False,
+    "failCgroupV1": False,  # these machines mount cgroup v1 hierarchies
+    "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+    "imageGCHighThresholdPercent": 100,
+    "serializeImagePulls": False,
+}
+"""What every kubelet run here needs, whatever else its configuration says (the module's
+docstring says why each)."""
+
 
 def kubelet_config(*, endpoint: str, pod_logs_dir: Path, cgroup_root: str, port: int, healthz_port: int,
                    client_ca: Path | None, static_pod_path: Path | None = None,
@@ -27,19 +39,13 @@ def kubelet_config(*, endpoint: str, pod_logs_dir: Path, cgroup_root: str, port:
         "port": port,
         "healthzPort": healthz_port,
         "readOnlyPort": 0,
-        "cgroupDriver": "cgroupfs",
+        **THIS_HOST,
         "cgroupRoot": cgroup_root,  # its orphan cleanup then sees only its own pods
-        "cgroupsPerQOS": True,
         "enforceNodeAllocatable": ["pods"],
-        "failSwapOn": False,
-        "failCgroupV1": False,  # these machines mount cgroup v1 hierarchies
         "containerRuntimeEndpoint": endpoint,
         "podLogsDir": str(pod_logs_dir),
         "maxPods": max_pods,
         "clusterDomain": "cluster.local",
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
-        "imageGCHighThresholdPercent": 100,
-        "serializeImagePulls": False,
     }
     if static_pod_path is not None:
         config["staticPodPath"] = str(static_pod_path)

@@ -40,6 +40,7 @@ from conformance.e2e import report as rep
 from conformance.e2e.runner import EnvironmentError_, _cmdline_has, _kill, _kill_group, _unmount_below, git_commit, tail
 from conformance.node_e2e import harness
 from conformance.node_e2e import selection as sel
+from controlplane.kubeletconfig import THIS_HOST
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_WORKDIR = Path("/tmp/nodeagent-node-e2e")
@@ -234,8 +235,8 @@ class Environment:
             "fileCheckFrequency": "10s",
             "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
             "authorization": {"mode": "AlwaysAllow"},
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
-            "serializeImagePulls": False,
+            "evictionHard": THIS_HOST["evictionHard"],
+            "serializeImagePulls": THIS_HOST["serializeImagePulls"],
         }
 
     def nodeagent_argv(self) -> list[str]:
@@ -252,9 +253,7 @@ class Environment:
         conformance/e2e keeps it (controlplane/confine.py)."""
         from controlplane import build as cpbuild
         from controlplane import confine
-        config = self.node_config()
-        config.update({"cgroupDriver": "cgroupfs", "cgroupRoot": self.kubelet_cgroup_root, "cgroupsPerQOS": True,
-                       "failSwapOn": False, "failCgroupV1": False, "imageGCHighThresholdPercent": 100})
+        config = {**self.node_config(), **THIS_HOST, "cgroupRoot": self.kubelet_cgroup_root}
         cfg = self.node_dir / "kubelet-config.json"
         cfg.write_text(json.dumps(config, indent=1) + "\n")
         root = self.node_dir / "root"

@@ -722,8 +722,9 @@ def test_assessment_coordinator_votes_and_generations() -> None:
 
     def info(name: str, created: str = T0, **status: Any) -> Any:
         labels = status.pop("labels", {})
+        deleted = {"deletionTimestamp": status.pop("deleted")} if "deleted" in status else {}
         obj = {"metadata": {"name": name, "namespace": "ns", "uid": name, "creationTimestamp": created,
-                            "labels": labels},
+                            "labels": labels, **deleted},
                "spec": {"nodeName": status.pop("node", "n")}, "status": status}
         return pod_info(obj)
 
@@ -746,6 +747,10 @@ def test_assessment_coordinator_votes_and_generations() -> None:
     found = assess(pods, 2, now)
     assert [p.name for p in found.current] == ["n"]
     assert [p.name for p in found.failed] == ["f"]
+    # A member deleted from the API ends Failed as well (its agent writes the terminal phase): it
+    # was withdrawn, not failed, and does not abort the gang its replacement may complete.
+    withdrawn = info("d", created="2026-01-02T03:04:41Z", phase="Failed", deleted="2026-01-02T03:04:50Z")
+    assert [p.name for p in assess([*pods, withdrawn], 2, now).failed] == ["f"]
     assert found.abort_for(created_at(pod(created=T0))) is not None
     assert found.abort_for(created_at(pod(created="2026-01-02T03:04:31Z"))) is None
     # Evidence of a commit: the record, a member that followed it, or minMember started.

@@ -247,5 +247,8 @@ def assess(pods: Iterable[PodInfo], min_member: int, now: float) -> Assessment:
                       and of_current_generation(p)), key=coordinator_order)
     voted = tuple(p for p in current if p.vote_expires is not None)
     votes = tuple(p for p in voted if (p.vote_expires or 0) > now)
-    failed = tuple(p for p in pods if p.phase == "Failed" and of_current_generation(p) and not p.started)
+    # A member deleted from the API ends Failed too (its agent writes the terminal phase, as the
+    # kubelet does), but it was withdrawn, not failed: its replacement may still complete the gang.
+    failed = tuple(p for p in pods if p.phase == "Failed" and not p.deleting and of_current_generation(p)
+                   and not p.started)
     return Assessment(commit, tuple(aborts), tuple(current), votes, voted, failed)

@@ -364,7 +364,7 @@ class Baseline:
                 await self.client.remove_pod_sandbox(p.sandbox_id)
                 # The pod cgroup runc made under the sandbox's cgroup_parent, as the kubelet's
                 # pod cleanup (and the agent's) removes it: left, every benchmark run leaked N.
-                await podcgroup.remove(p.pod)
+                await podcgroup.remove(p.pod, None)  # the default root, as sandbox_config
 
         async with anyio.create_task_group() as tg:
             for p in pods:

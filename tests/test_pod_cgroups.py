@@ -4,9 +4,10 @@ agent's QoS hierarchy; without it none is made, so the agent needs nothing under
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -61,3 +62,69 @@ async def test_without_cgroups_per_qos_nothing_is_written_under_the_cgroup_root(
     assert not (tmp_path / "nodeagent-pods/burstable/podu-1").exists()
     await podcgroup.apply(cast(PodContext, SimpleNamespace(settings=AgentConfig().node_config())), pod)
     assert (tmp_path / "nodeagent-pods/burstable/podu-1/memory.max").read_text() == str(64 * 2**20)
+
+
+# --- cgroupRoot: the kubelet's <cgroupRoot>/kubepods layout ---------------------------------------
+
+
+def test_cgroup_root_gives_the_kubelets_kubepods_layout(tmp_path: Path) -> None:
+    pod = _pod()
+    guaranteed = Pod.model_validate({"metadata": {"name": "g", "namespace": "n", "uid": "u-2"},
+                                     "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {
+                                         "limits": {"cpu": "100m", "memory": "64Mi"}}}]}})
+
+    def parent(p: Pod, **config: object) -> str:
+        settings = AgentConfig.model_validate(config).node_config()
+        linux = sandbox_config(p, 0, tmp_path, "node", settings=settings).linux
+        assert linux is not None
+        return linux.cgroup_parent
+
+    assert parent(pod) == "/nodeagent-pods/burstable/podu-1"  # unset: a root of nodeagent's own
+    assert parent(pod, cgroupRoot="/") == "/kubepods/burstable/podu-1"  # the kubelet's, exactly
+    assert parent(guaranteed, cgroupRoot="/") == "/kubepods/podu-2"
+    assert parent(pod, cgroupRoot="/node-a/") == "/node-a/kubepods/burstable/podu-1"
+    assert podcgroup.pods_root(AgentConfig.model_validate({"cgroupRoot": "/"}).node_config()) == "/kubepods"
+
+
+def test_a_cgroup_root_that_climbs_out_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("cgroupRoot: /a/../../etc\n")
+    with pytest.raises(ConfigError, match=r"cgroupRoot \(--cgroup-root\) '/a/\.\./\.\./etc' must not contain '\.\.'"):
+        load(path)
+
+
+async def test_a_pod_runs_in_the_kubepods_tree_of_the_configured_cgroup_root(containerd: Any, tmp_path: Path) -> None:
+    """On the host's cgroups, through the runtime: the QoS tiers made at start, the container's own
+    /proc/self/cgroup naming <cgroupRoot>/kubepods/burstable/pod<uid>, the pod's directory going
+    with the pod."""
+    from tests.agent_helpers import pod_manifest, running_agent, wait_for
+
+    root = f"/nodeagent-test-{uuid.uuid4().hex[:8]}"  # of its own: other agents run on this host
+    hierarchy = podcgroup.CGROUP_FS if podcgroup.unified() else podcgroup.CGROUP_FS / "memory"
+    try:
+        async with running_agent(containerd, tmp_path, cgroupRoot=root) as env:
+            env.write("p.yaml", pod_manifest("p", container={"resources": {"limits": {"memory": "64Mi"}}}))
+            main = await env.wait_running("p")
+            uid = env.uid_of("p")
+            result = await env.client.exec_sync(main.id, ["cat", "/proc/self/cgroup"], timeout=10)
+            assert result.exit_code == 0, result
+            lines = result.stdout.decode().splitlines()
+            memory = next(ln.split(":", 2)[2] for ln in lines if ln.split(":")[1] in ("memory", ""))
+            assert memory.startswith(f"{root}/kubepods/burstable/pod{uid}/"), memory
+            pod_dir = hierarchy / root.lstrip("/") / "kubepods" / "burstable" / f"pod{uid}"
+            assert pod_dir.is_dir()
+            # Both QoS tiers exist from the start, as the kubelet's QoS container manager makes them.
+            assert (hierarchy / root.lstrip("/") / "kubepods" / "besteffort").is_dir()
+            if not podcgroup.unified():
+                shares = podcgroup.CGROUP_FS / "cpu" / root.lstrip("/") / "kubepods" / "besteffort" / "cpu.shares"
+                assert shares.read_text().strip() == "2"
+            env.remove("p.yaml")
+
+            async def removed() -> bool:
+                return not pod_dir.exists()
+
+            await wait_for(removed, 60, f"{pod_dir} removed with the pod")
+    finally:
+        for h in [hierarchy] if podcgroup.unified() else podcgroup.CGROUP_FS.iterdir():
+            if (h / root.lstrip("/")).is_dir():
+                podcgroup._rmdir_tree(h / root.lstrip("/"))  # best effort: an empty tree only

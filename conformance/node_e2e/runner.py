@@ -241,7 +241,11 @@ class Environment:
 
     def nodeagent_argv(self) -> list[str]:
         cfg = self.node_dir / "kubelet-config.json"
-        cfg.write_text(json.dumps(self.node_config(), indent=1) + "\n")
+        # cgroupRoot "/": pod cgroups at the kubelet's /kubepods/<qos>/pod<uid>, the path the
+        # Cgroup Manager specs hard-code (pods_container_manager_test.go). The kubelet baseline
+        # keeps a root of its own (kubelet_argv): its orphan cleanup must not see other pods.
+        config = {**self.node_config(), "cgroupRoot": "/"}
+        cfg.write_text(json.dumps(config, indent=1) + "\n")
         return [sys.executable, "-m", "nodeagent", "run", f"--config={cfg}",
                 "--kubeconfig", str(self.kubeconfig()),
                 "--node-name", self.opts.node_name,

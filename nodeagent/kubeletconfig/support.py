@@ -96,8 +96,9 @@ FIELDS: Mapping[str, Support] = {
     "volumeStatsAggPeriod": _h("how often the usage collector walks volumes and logs (negative: never)"),
     "kubeletCgroups": _u("the agent runs in the cgroup it was started in"),
     "systemCgroups": _u("system processes are not moved"),
-    "cgroupRoot": _u("pod cgroups live under /nodeagent-pods"),
-    "cgroupsPerQOS": _h("pod cgroups under /nodeagent-pods/<qos> (false: none, the runtime places sandboxes)"),
+    "cgroupRoot": _h("pod cgroups under <cgroupRoot>/kubepods/<qos>, as the kubelet's (unset: /nodeagent-pods/<qos>, "
+                     "so that a kubelet on the same host never takes them for its orphans)"),
+    "cgroupsPerQOS": _h("pod cgroups under <cgroupRoot>/kubepods/<qos> (false: none, the runtime places sandboxes)"),
     "cgroupDriver": _u("pod cgroups use the cgroupfs layout: systemd (the runtime's, from CRI RuntimeConfig, or "
                        "this field where the runtime does not say) refuses every pod", "cgroupfs"),
     "cpuManagerPolicy": _u(_NO_CM),

@@ -82,6 +82,9 @@ def _checks(kc: KubeletConfiguration) -> Iterator[str]:  # noqa: C901 - one chec
     if kc.system_cgroups and not kc.cgroup_root:
         yield bad + ("systemCgroups (--system-cgroups) was specified and cgroupRoot (--cgroup-root) was not "
                      "specified")
+    if kc.cgroup_root and (".." in kc.cgroup_root.split("/") or "\0" in kc.cgroup_root):
+        # nodeagent's own check: the path becomes directories under /sys/fs/cgroup/<hierarchy>.
+        yield bad + f"cgroupRoot (--cgroup-root) {kc.cgroup_root!r} must not contain '..' or NUL"
     if kc.event_burst < 0:
         yield bad + f"eventBurst (--event-burst) {kc.event_burst} must not be a negative number"
     if (kc.event_record_qps or 0) < 0:

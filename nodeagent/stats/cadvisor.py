@@ -10,9 +10,9 @@ container ID), ``id`` (a cgroup-like path). Three kinds of series, as cAdvisor h
 * each running container: all labels (``id="/<pod cgroup>/<container id>"``): CPU (``cpu="total"``),
   memory, its writable layer (``container_fs_usage_bytes``), start time.
 
-Samples carry their stats timestamp. nodeagent's pod cgroups live under ``/nodeagent-pods``, not
-the kubelet's ``/kubepods``, so ``id`` names the pod cgroup and the container rather than a full
-cgroup path; no dashboard query we know of matches on it.
+Samples carry their stats timestamp (from CRI stats, not from walking cgroups). ``id`` names the
+pod cgroup and the container rather than a full cgroup path (which depends on ``cgroupRoot``,
+plugins/runtime/podcgroup.py); no dashboard query we know of matches on it.
 """
 
 from __future__ import annotations

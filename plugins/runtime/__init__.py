@@ -82,12 +82,14 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
 
     def __init__(self, node_name: str, pod_logs_dir: Path, node_keyring: NodeKeyring | None = None,
                  pull_records: PullRecords | None = None, *, userns: UserNamespaces,
-                 pod_cgroups: bool = True) -> None:
+                 pod_cgroups: bool = True, pods_root: str = podcgroup.DEFAULT_ROOT) -> None:
         self._node = node_name
         self._logs = pod_logs_dir
         self._userns = userns
         self._pod_cgroups = pod_cgroups
         """cgroupsPerQOS: False makes, writes, removes and sweeps no pod cgroup."""
+        self._pods_root = pods_root
+        """The cgroup the pod cgroups are under (podcgroup.pods_root): what the sweep walks."""
         self._images = ImagePuller.new(node_keyring, pull_records)
         self._ledger = Ledger()
         self.starts = StartCounts()
@@ -100,16 +102,21 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
     # --- the node-level task: orphaned pod cgroups ---------------------------------------------
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Every minute, the cgroups of pods this stage no longer runs, idle and over a minute
-        old (the kubelet's cleanupOrphanedPodCgroups; part of container GC)."""
+        """At start, the QoS tiers; then every minute, the cgroups of pods this stage no longer
+        runs, idle and over a minute old (the kubelet's cleanupOrphanedPodCgroups; part of
+        container GC)."""
         task_status.started()
         if not self._pod_cgroups:
             return  # no pod cgroups: none can be orphaned
+        try:
+            await anyio.to_thread.run_sync(podcgroup.ensure_qos_tiers, self._pods_root)
+        except OSError as exc:
+            log.warning("cannot make the QoS cgroups", root=self._pods_root, error=str(exc))
         while True:
             await anyio.sleep(ORPHAN_SWEEP_SECONDS)
             try:
                 removed = await anyio.to_thread.run_sync(podcgroup.sweep, self._ledger.uids(),
-                                                         ORPHAN_MIN_AGE_SECONDS, time.time())
+                                                         ORPHAN_MIN_AGE_SECONDS, time.time(), self._pods_root)
             except OSError as exc:
                 log.warning("pod cgroup sweep failed", error=str(exc))
                 continue
@@ -307,7 +314,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         self._ledger.release(ctx.ref.uid)
         await anyio.to_thread.run_sync(self._userns.release, ctx.ref.uid)  # no sandbox holds its IDs now
         if self._pod_cgroups:
-            await podcgroup.remove(ctx.pod)
+            await podcgroup.remove(ctx.pod, ctx.settings)
         logs = hostpaths.pod_log_dir(self._logs, ctx.ref.namespace, ctx.ref.name, ctx.ref.uid)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(logs, ignore_errors=True))
         await anyio.to_thread.run_sync(_remove_pod_dir, ctx)
@@ -374,7 +381,8 @@ def plugin(config: NoConfig, handle: AgentHandle) -> RuntimeStage:
         # Standalone, a RuntimeClass manifest the API server would refuse is refused when read.
         objects.declare(kinds.RUNTIME_CLASS, runtimeclass_check)
     return RuntimeStage(handle.node.name, Path(settings.pod_logs_dir), NodeKeyring(root_dir, handle.clock.monotonic),
-                        records, userns=node_user_namespaces(settings), pod_cgroups=podcgroup.enabled(settings))
+                        records, userns=node_user_namespaces(settings), pod_cgroups=podcgroup.enabled(settings),
+                        pods_root=podcgroup.pods_root(settings))
 
 
 def node_user_namespaces(settings: Any) -> UserNamespaces:

@@ -3,9 +3,12 @@ pod_container_manager_linux.go, helpers_linux.go ResourceConfigForPod).
 
 containerd 1.6 puts a sandbox's containers under the sandbox config's ``cgroup_parent`` and
 never writes that parent's limits (UpdatePodSandboxResources arrived in containerd 2.x): the
-kubelet owns the pod cgroup, and so do we. Every pod gets ``/nodeagent-pods/<qos>/pod<uid>``
-(the kubelet's ``/kubepods/<qos>/pod<uid>`` layout under a root of our own, so that a kubelet on
-the same host never mistakes our pods for its orphans). Before the sandbox runs, the cpu and
+kubelet owns the pod cgroup, and so do we. Every pod gets ``<pods root>/<qos>/pod<uid>``, the
+kubelet's layout: with ``cgroupRoot`` set, the pods root is the kubelet's own,
+``<cgroupRoot>/kubepods`` (``cgroupRoot: /`` gives ``/kubepods/burstable/pod<uid>``, what the
+kubelet makes and what monitoring and the node e2e specs look for); without it, ``/nodeagent-pods``
+(a root of our own, so that a kubelet left on a test host never mistakes our pods for its
+orphans and kills them: its cleanupOrphanedPodCgroups walks ``/kubepods``). Before the sandbox runs, the cpu and
 memory directories are made and given the pod's values: shares from the pod's CPU requests, a
 CFS quota from its CPU limit and a memory limit, where the pod-level ``spec.resources`` win
 over the sum of the containers. A resize rewrites them (resize.py); cleanup removes the
@@ -16,6 +19,7 @@ agent no longer runs (:func:`sweep`).
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Collection
 from pathlib import Path
 
@@ -36,7 +40,10 @@ from nodeagent.model import Pod
 from nodeagent.stages import PodContext
 
 CGROUP_FS = Path("/sys/fs/cgroup")
-ROOT = "nodeagent-pods"
+DEFAULT_ROOT = "/nodeagent-pods"
+"""Where pod cgroups live when ``cgroupRoot`` is not set."""
+KUBEPODS = "kubepods"
+"""The kubelet's node allocatable cgroup under its cgroupRoot (cm.defaultNodeAllocatableCgroupName)."""
 V1_CONTROLLERS = ("cpu", "memory")
 """The hierarchies whose pod-level files we write; runc makes the pod directory in the others
 (cpuset among them, which needs its cpus and mems copied down before any task may join)."""
@@ -48,17 +55,44 @@ def enabled(settings: NodeConfig | None) -> bool:
     return settings is None or settings.cgroups_per_qos is not False
 
 
+def pods_root(settings: NodeConfig | None = None) -> str:
+    """The cgroupfs path every pod cgroup is under: ``<cgroupRoot>/kubepods``, or
+    :data:`DEFAULT_ROOT` when cgroupRoot is empty (validated as a clean absolute path)."""
+    configured = settings.cgroup_root if settings is not None else ""
+    if not configured:
+        return DEFAULT_ROOT
+    return posixpath.join(posixpath.normpath("/" + configured.strip("/")), KUBEPODS)
+
+
 def cgroup_parent(pod: Pod, settings: NodeConfig | None = None) -> str:
     """The pod cgroup, as CRI's ``cgroup_parent`` (cgroupfs driver); empty without cgroupsPerQOS:
-    the runtime then places the sandbox itself (the kubelet passes its cgroupRoot there, which
-    nodeagent does not configure)."""
+    the runtime then places the sandbox itself."""
     if not enabled(settings):
         return ""
     qos = qos_class(pod)
     name = hostpaths.pod_cgroup_name(pod.uid)
+    root = pods_root(settings)
     if qos == "Guaranteed":
-        return f"/{ROOT}/{name}"
-    return f"/{ROOT}/{qos.lower()}/{name}"
+        return f"{root}/{name}"
+    return f"{root}/{qos.lower()}/{name}"
+
+
+def ensure_qos_tiers(root: str) -> None:
+    """The Burstable and BestEffort tiers under ``root`` as the kubelet's QoS container manager
+    makes them at start (qos_container_manager_linux.go Start), before any pod needs one:
+    monitoring and the node e2e specs expect both. BestEffort gets the minimum CPU shares (2)
+    there, as the kubelet gives it. Raises OSError when the host does not let us."""
+    rel = root.strip("/")
+    if unified():
+        for tier in ("burstable", "besteffort"):
+            (CGROUP_FS / rel / tier).mkdir(parents=True, exist_ok=True)
+            _enable_controllers(CGROUP_FS / rel / tier)
+        (CGROUP_FS / rel / "besteffort" / "cpu.weight").write_text("1")
+        return
+    for controller in V1_CONTROLLERS:
+        for tier in ("burstable", "besteffort"):
+            (CGROUP_FS / controller / rel / tier).mkdir(parents=True, exist_ok=True)
+    (CGROUP_FS / "cpu" / rel / "besteffort" / "cpu.shares").write_text(str(milli_cpu_to_shares(0)))
 
 
 def unified() -> bool:
@@ -98,12 +132,12 @@ def sandbox_resources(pod: Pod, v: Values) -> t.LinuxContainerResources:
                                      memory_limit_in_bytes=v.memory_limit)
 
 
-def _files(pod: Pod, v: Values) -> dict[Path, str]:
+def _files(pod: Pod, v: Values, settings: NodeConfig | None) -> dict[Path, str]:
     """cgroup file -> value, for this host's cgroup version."""
     best_effort = qos_class(pod) == "BestEffort"
     shares = milli_cpu_to_shares(0 if best_effort else v.cpu_request)
     quota = milli_cpu_to_quota(v.cpu_limit) if v.cpu_limit else -1
-    rel = cgroup_parent(pod).lstrip("/")
+    rel = cgroup_parent(pod, settings).lstrip("/")
     if unified():
         base = CGROUP_FS / rel
         weight = 1 + ((shares - 2) * 9999) // 262142
@@ -122,8 +156,8 @@ def _files(pod: Pod, v: Values) -> dict[Path, str]:
     }
 
 
-def _write(pod: Pod, v: Values) -> None:
-    for path, value in _files(pod, v).items():
+def _write(pod: Pod, v: Values, settings: NodeConfig | None) -> None:
+    for path, value in _files(pod, v, settings).items():
         path.parent.mkdir(parents=True, exist_ok=True)
         if unified():
             _enable_controllers(path.parent)
@@ -151,7 +185,7 @@ async def apply(ctx: PodContext, pod: Pod, values: Values | None = None) -> None
     Without cgroupsPerQOS there is no pod cgroup: nothing is written."""
     if not enabled(ctx.settings):
         return
-    await anyio.to_thread.run_sync(_write, pod, values if values is not None else pod_values(pod))
+    await anyio.to_thread.run_sync(_write, pod, values if values is not None else pod_values(pod), ctx.settings)
 
 
 def widest(a: Values, b: Values) -> Values:
@@ -165,8 +199,8 @@ def widest(a: Values, b: Values) -> Values:
                   memory_request=b.memory_request, memory_limit=loosest(a.memory_limit, b.memory_limit))
 
 
-def _memory_usage(pod: Pod) -> int | None:
-    rel = cgroup_parent(pod).lstrip("/")
+def _memory_usage(pod: Pod, settings: NodeConfig | None) -> int | None:
+    rel = cgroup_parent(pod, settings).lstrip("/")
     path = CGROUP_FS / rel / "memory.current" if unified() else CGROUP_FS / "memory" / rel / "memory.usage_in_bytes"
     try:
         return int(path.read_text().strip())
@@ -174,13 +208,13 @@ def _memory_usage(pod: Pod) -> int | None:
         return None
 
 
-async def memory_usage(pod: Pod) -> int | None:
+async def memory_usage(pod: Pod, settings: NodeConfig | None) -> int | None:
     """What the pod's processes use now (the pod cgroup's usage), None when unknown."""
-    return await anyio.to_thread.run_sync(_memory_usage, pod)
+    return await anyio.to_thread.run_sync(_memory_usage, pod, settings)
 
 
-def _remove(pod: Pod) -> None:
-    rel = cgroup_parent(pod).lstrip("/")
+def _remove(pod: Pod, settings: NodeConfig | None) -> None:
+    rel = cgroup_parent(pod, settings).lstrip("/")
     roots = [CGROUP_FS] if unified() else [p for p in CGROUP_FS.iterdir() if p.is_dir()]
     for root in roots:
         d = root / rel
@@ -189,9 +223,9 @@ def _remove(pod: Pod) -> None:
             _rmdir_tree(d)
 
 
-async def remove(pod: Pod) -> None:
+async def remove(pod: Pod, settings: NodeConfig | None) -> None:
     """Best effort: a directory still holding a process stays (and is retried next cleanup)."""
-    await anyio.to_thread.run_sync(_remove, pod)
+    await anyio.to_thread.run_sync(_remove, pod, settings)
 
 
 def _rmdir_tree(d: Path) -> bool:
@@ -209,7 +243,7 @@ def _rmdir_tree(d: Path) -> bool:
     return True
 
 
-def sweep(active: Collection[str], min_age_seconds: float, now: float, root_name: str = ROOT) -> list[str]:
+def sweep(active: Collection[str], min_age_seconds: float, now: float, root: str = DEFAULT_ROOT) -> list[str]:
     """Remove the pod cgroups under our root whose pod is not ``active`` and that hold no
     process, when older than ``min_age_seconds`` (a pod's directory is made just before its
     sandbox; the age keeps a pod being set up, of this agent or another on the host, safe).
@@ -224,8 +258,8 @@ def sweep(active: Collection[str], min_age_seconds: float, now: float, root_name
         except hostpaths.UnsafeName:
             continue
     roots = [CGROUP_FS] if unified() else [p for p in CGROUP_FS.iterdir() if p.is_dir()]
-    for root in roots:
-        base = root / root_name
+    for hierarchy in roots:
+        base = hierarchy / root.strip("/")
         for parent in (base, base / "besteffort", base / "burstable"):
             try:
                 candidates = [d for d in parent.iterdir() if d.name.startswith("pod") and d.is_dir()]
@@ -245,5 +279,5 @@ def sweep(active: Collection[str], min_age_seconds: float, now: float, root_name
     return removed
 
 
-__all__ = ["apply", "cgroup_parent", "enabled", "memory_usage", "pod_values", "remove", "sandbox_resources", "sweep",
-           "widest"]
+__all__ = ["DEFAULT_ROOT", "apply", "cgroup_parent", "enabled", "ensure_qos_tiers", "memory_usage", "pod_values",
+           "pods_root", "remove", "sandbox_resources", "sweep", "widest"]

@@ -330,7 +330,7 @@ async def _pod_memory_check(ctx: PodContext, pod: Pod, state: ResizeState) -> st
     have = state.pod_cgroup.memory_limit if state.pod_cgroup is not None else 0
     if not want or (have and want >= have):
         return None
-    usage = await podcgroup.memory_usage(pod)
+    usage = await podcgroup.memory_usage(pod, ctx.settings)
     if usage is None or usage < want:
         return None
     return f"cannot decrease memory limits: attempting to set pod memory limit ({want}) below current usage ({usage})"

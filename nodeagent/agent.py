@@ -36,7 +36,7 @@ from nodeagent.errors import PluginError
 from nodeagent.fdlimit import raise_to_hard_limit
 from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.kubeletconfig.support import support_of
-from nodeagent.kubeletserver import KubeletServer
+from nodeagent.kubeletserver import KubeletServer, ReadOnlyServer, RequestCounts, pod_list
 from nodeagent.kubeletserver import enabled as kubelet_server_enabled
 from nodeagent.kubeletserver.nodestats import NodeReads
 from nodeagent.lifecycle import PodState
@@ -258,12 +258,19 @@ class Agent:
         # (no authenticator, a webhook without an API client) stops the agent before it runs.
         self.plugin_watcher: PluginWatcher | None = None
         """The kubelet's plugin watcher, when a stage handles a plugin type (dra: DRAPlugin)."""
+        self.http_requests = RequestCounts()
+        """kubelet_http_requests_total, of both kubelet servers."""
         self.kubelet_server: KubeletServer | None = (
             KubeletServer(config, status=self.status, relister=self.relister, runtime=self.runtime,
                           healthz=self.healthz, api=self.api, node=self.node, serving=self.serving,
-                          reads=self._node_reads())
+                          reads=self._node_reads(), requests=self.http_requests)
             if kubelet_server_enabled(config) else None)
         """The kubelet API (its ``port`` is where it listens, once it does)."""
+        self.read_only_server: ReadOnlyServer | None = (
+            ReadOnlyServer(config, healthz=self.healthz, pods=lambda: pod_list(self.status), reads=self._node_reads(),
+                           requests=self.http_requests)
+            if config.kubelet.read_only_port else None)
+        """The kubelet's unauthenticated read-only port (``readOnlyPort``; 0, the default, is off)."""
         self.ready = anyio.Event()
 
     def _contain(self, task: str, exc: Exception) -> None:
@@ -358,6 +365,8 @@ class Agent:
                     self.endpoint_port = await sup.start(self._serve, name="endpoint")
                 if self.kubelet_server is not None:
                     await sup.start(self.kubelet_server.run, name="kubelet-server")
+                if self.read_only_server is not None:
+                    await sup.start(self.read_only_server.run, name="kubelet-read-only-server")
                 sources = self.sources = []
                 if self.config.static_pod_path is not None:
                     source = StaticPodSource(self.config.static_pod_path, self.config.node_name, self.bus.publish,
@@ -556,6 +565,7 @@ class Agent:
             self.metrics.collectors.append(self.supervisor.render_metrics)
         if self.kubelet_server is not None:
             self.metrics.collectors.append(self.kubelet_server.render_metrics)
+        self.metrics.collectors.append(self.http_requests.render)
         for manager in self._certificate_managers():
             self.metrics.collectors.append(manager.render_metrics)
         # A stage's own series (the gang stage's nodeagent_gang_*), rendered by the stage.

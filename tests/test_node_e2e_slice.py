@@ -33,8 +33,7 @@ RUN_TIMEOUT_SECONDS = 15 * 60
 
 @pytest.fixture(scope="module")
 def slice_results() -> dict[str, dict[str, Any]]:
-    busy = [p for p in (harness.API_PORT, harness.KUBELET_PORT, harness.KUBELET_HEALTHZ_PORT)
-            if not runner._port_free(p)]
+    busy = [p for p in harness.PORTS if not runner._port_free(p)]
     assert not busy, f"port(s) {busy} taken: another node e2e run, a kubelet or a nodeagent on this machine"
     harness.build()  # seconds with Go's cache warm from e2e.test; minutes on a fresh machine
     workdir = Path(tempfile.mkdtemp(prefix="na-ne2e-", dir="/tmp"))  # short: containerd's socket path

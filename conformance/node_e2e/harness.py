@@ -39,6 +39,9 @@ SERVICES_HOST = "https://127.0.0.1:6443"
 API_PORT = 6443
 KUBELET_PORT = 10250          # endpoints_test.go and others dial https://127.0.0.1:10250 directly
 KUBELET_HEALTHZ_PORT = 10248
+KUBELET_READ_ONLY_PORT = 10255  # the harness's kubelet has it; the summary and cAdvisor specs read it
+PORTS = (API_PORT, KUBELET_PORT, KUBELET_HEALTHZ_PORT, KUBELET_READ_ONLY_PORT)
+"""Fixed by the suite: one run per machine."""
 
 # Commands a spec may run that would act on the host's systemd: kept off the suite's PATH so that
 # the harness takes its no-systemd branches (services/kubelet.go looks systemd-run up) and a spec

@@ -161,7 +161,7 @@ class Environment:
         from devenv.packages import ensure_packages
         self.work.mkdir(parents=True, exist_ok=True)
         self.clean()
-        busy = [p for p in (harness.API_PORT, harness.KUBELET_PORT, harness.KUBELET_HEALTHZ_PORT) if not _port_free(p)]
+        busy = [p for p in harness.PORTS if not _port_free(p)]
         if busy:
             raise EnvironmentError_(f"port(s) {busy} in use: the suite's API server needs 6443 and its "
                                     "specs dial the node on 10250/10248; another node e2e run?")
@@ -221,14 +221,16 @@ class Environment:
     def node_config(self) -> dict[str, Any]:
         """The KubeletConfiguration of the node: the harness's overrides for its own kubelet
         (services/kubelet.go: anonymous authentication, no webhook, AlwaysAllow -- the API
-        server's node proxy sends no credentials, and the suite reads /configz through it),
-        a static pod directory of its own, and eviction thresholds a shared disk does not trip."""
+        server's node proxy sends no credentials, and the suite reads /configz through it --
+        and the read-only port 10255), a static pod directory of its own, and eviction
+        thresholds a shared disk does not trip."""
         (self.node_dir / "manifests").mkdir(parents=True, exist_ok=True)
         return {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
             "port": harness.KUBELET_PORT,
             "healthzPort": harness.KUBELET_HEALTHZ_PORT,
+            "readOnlyPort": harness.KUBELET_READ_ONLY_PORT,
             "containerRuntimeEndpoint": self.ctd.endpoint,
             "podLogsDir": str(self.node_dir / "pods"),
             "staticPodPath": str(self.node_dir / "manifests"),

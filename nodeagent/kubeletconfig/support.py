@@ -61,7 +61,7 @@ FIELDS: Mapping[str, Support] = {
     "staticPodURLHeader": _u("no manifest URL source"),
     "address": _h(),
     "port": _h(),
-    "readOnlyPort": _u("the unauthenticated read-only port is never served", 0),
+    "readOnlyPort": _h("plain HTTP, unauthenticated: /healthz, /pods, /stats, /metrics (kubeletserver/readonly.py)"),
     "tlsCertFile": _h("loaded at start; with serverTLSBootstrap only the initial pair"),
     "tlsPrivateKeyFile": _h(),
     "tlsCipherSuites": _u("Python's ssl defaults (TLS 1.2+, OpenSSL's cipher list)"),

@@ -10,10 +10,14 @@
     containerlogs.py  /containerLogs, on top of nodeagent.logreader
     streams.py        /exec /attach /portForward: CRI streaming URL, then a byte splice
     certs.py          serving certificate (configured, or self-signed under rootDir/pki) and TLS
+    readonly.py       the read-only port (readOnlyPort): plain HTTP, unauthenticated, /healthz /pods
+                      /stats /metrics only
 
-The composition root starts it in cluster mode, or whenever ``enableServer`` is true.
+The composition root starts it in cluster mode, or whenever ``enableServer`` is true; the
+read-only port whenever ``readOnlyPort`` is not 0 (as the kubelet, independently of enableServer).
 """
 
-from nodeagent.kubeletserver.server import KubeletServer, enabled
+from nodeagent.kubeletserver.readonly import ReadOnlyServer
+from nodeagent.kubeletserver.server import KubeletServer, RequestCounts, enabled, pod_list
 
-__all__ = ["KubeletServer", "enabled"]
+__all__ = ["KubeletServer", "ReadOnlyServer", "RequestCounts", "enabled", "pod_list"]

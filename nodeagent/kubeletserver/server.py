@@ -64,6 +64,29 @@ _ENDED = (PodState.TERMINATING, PodState.TERMINATED)
 PodEntry = tuple[PodRef, Pod, dict[str, Any], PodState]
 
 
+class RequestCounts:
+    """kubelet_http_requests_total for both of the kubelet's servers: (server_type, method,
+    path label, long_running) -> count; server_type ``readwrite`` (this API) or ``readonly``
+    (readonly.py), one family rendered once."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, str, str], int] = {}
+
+    def add(self, server_type: str, request: Request) -> None:
+        key = (server_type, request.method, path_label(request), _long_running(request))
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def render(self) -> str:
+        if not self.counts:
+            return ""
+        lines = ["# HELP kubelet_http_requests_total [ALPHA] Number of the http requests received since the "
+                 "server started", "# TYPE kubelet_http_requests_total counter"]
+        for (server_type, method, path, long_running), count in sorted(self.counts.items()):
+            lines.append(f'kubelet_http_requests_total{{long_running="{long_running}",method="{method}",'
+                         f'path="{path}",server_type="{server_type}"}} {count}')
+        return "\n".join(lines) + "\n"
+
+
 def enabled(config: AgentConfig) -> bool:
     """``enableServer``, defaulting to cluster mode (a kubeconfig is configured)."""
     if config.kubelet.enable_server is not None:
@@ -110,7 +133,8 @@ class KubeletServer:
     def __init__(self, config: AgentConfig, *, status: StatusWriter, relister: Relister, runtime: RuntimeClient,
                  healthz: Callable[[], tuple[bool, str]], api: Any = None,
                  max_connections: int | None = None, node: NodeInfo | None = None,
-                 serving: CertificateManager | None = None, reads: nodestats.NodeReads | None = None) -> None:
+                 serving: CertificateManager | None = None, reads: nodestats.NodeReads | None = None,
+                 requests: RequestCounts | None = None) -> None:
         """``serving``: the serverTLSBootstrap certificate manager; the API serves once it holds
         a certificate and loads each renewal in place (no restart, connections stay)."""
         self._config = config
@@ -122,8 +146,8 @@ class KubeletServer:
         self._healthz = healthz
         self._reads = reads
         """The node's stats and metrics (None: those endpoints answer 404)."""
-        self.requests: dict[tuple[str, str, str], int] = {}
-        """kubelet_http_requests_total: (method, path, long_running) -> count."""
+        self.requests = requests if requests is not None else RequestCounts()
+        """kubelet_http_requests_total (rendered by whoever owns it: the agent, for both servers)."""
         self._context: ssl.SSLContext | None = None
         self._client_ca = authn.client_ca(config)
         self.authenticator = authn.build(config, api, self._client_ca)
@@ -202,12 +226,6 @@ class KubeletServer:
         lines.append("# TYPE nodeagent_kubelet_api_requests_total counter")
         for decision, count in sorted(self.decisions.items()):
             lines.append(f'nodeagent_kubelet_api_requests_total{{decision="{decision}"}} {count}')
-        lines.append("# HELP kubelet_http_requests_total [ALPHA] Number of the http requests received since the "
-                     "server started")
-        lines.append("# TYPE kubelet_http_requests_total counter")
-        for (method, path, long_running), count in sorted(self.requests.items()):
-            lines.append(f'kubelet_http_requests_total{{long_running="{long_running}",method="{method}",'
-                         f'path="{path}",server_type="readwrite"}} {count}')
         lines.append("# TYPE nodeagent_kubelet_api_reviews_total counter")
         if reviewer is not None:
             lines.append(f'nodeagent_kubelet_api_reviews_total{{kind="TokenReview"}} {reviewer.sent}')
@@ -289,8 +307,7 @@ class KubeletServer:
     def _log_request(self, request: Request, outcome: _Outcome, status: int | None, seconds: float) -> None:
         # The path only: queries carry exec commands; headers carry tokens.
         self.decisions[outcome.decision] = self.decisions.get(outcome.decision, 0) + 1
-        key = (request.method, _path_label(request), _long_running(request))
-        self.requests[key] = self.requests.get(key, 0) + 1
+        self.requests.add("readwrite", request)
         user = outcome.user
         log.info("kubelet API request", user=user.name if user else None,
                  groups=",".join(user.groups) if user else None, verb=outcome.verb, method=request.method,
@@ -339,13 +356,7 @@ class KubeletServer:
         return found[0] if found else None
 
     def pod_list(self) -> dict[str, Any]:
-        items = []
-        for ref, pod, status, _state in self._status.all().values():
-            item = pod.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"api_version", "kind"})
-            item.setdefault("metadata", {}).update(name=ref.name, namespace=ref.namespace, uid=ref.uid)
-            item["status"] = status
-            items.append(item)
-        return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+        return pod_list(self._status)
 
     def _rows(self) -> lr.Rows:
         return [{"uid": uid, "status": status} for uid, (_r, _p, status, _s) in self._status.all().items()]
@@ -444,6 +455,17 @@ class KubeletServer:
                              idle_timeout=self._config.kubelet.streaming_connection_idle_timeout)
 
 
+def pod_list(status: StatusWriter) -> dict[str, Any]:
+    """/pods: a v1.PodList of the pods the agent runs, each with the status it reports."""
+    items = []
+    for ref, pod, current, _state in status.all().values():
+        item = pod.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"api_version", "kind"})
+        item.setdefault("metadata", {}).update(name=ref.name, namespace=ref.namespace, uid=ref.uid)
+        item["status"] = current
+        items.append(item)
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+
+
 class _Outcome:
     """What the auth filter decided, for the request's log line."""
 
@@ -453,7 +475,7 @@ class _Outcome:
         self.verb: str | None = None
 
 
-def _path_label(request: Request) -> str:
+def path_label(request: Request) -> str:
     """The kubelet's ``path`` label: the first segment, ``metrics/<x>`` for metrics, else other."""
     parts = [p for p in request.path.split("/") if p]
     if not parts:

@@ -256,6 +256,12 @@ def test_side_by_side_reads_a_report_back_and_names_what_only_the_kubelet_passes
     assert "| [sig-node] c | failed | [FAILED] x\\|y |" in text
     assert "| 3 | passed | failed | [sig-node] d | timed out |" in text
     assert "| 1 | passed | passed | [sig-node] a \\| b |  |" in text
+    info = report.RunInfo(date="2026-12-02 15:00 UTC", nodeagent_commit="abc1234", command="python -m x run",
+                          node="kubelet on containerd 2.4.2", wall_seconds=90, notes=["interrupted"])
+    report.write_all(tmp_path / "run", theirs, info)
+    assert report.run_lines("kubelet", tmp_path / "run" / "results.json") == [
+        "- **kubelet** (2026-12-02 15:00 UTC, commit abc1234, 1.5 min): 2 passed, 1 failed, 1 skipped",
+        "  - command: `python -m x run`", "  - node: kubelet on containerd 2.4.2", "  - interrupted"]
 
 
 def test_report_of_several_runs_takes_what_ran_last(tmp_path: Path) -> None:

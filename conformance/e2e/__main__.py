@@ -140,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "side-by-side":
         from conformance.e2e import report as rep
-        print("\n".join(rep.side_by_side_lines(*(rep.read_cases(r) for r in args.results))))
+        runs = [line for label, path in zip(("nodeagent", "kubelet"), args.results, strict=True)
+                for line in rep.run_lines(label, path)]
+        print("\n".join([*runs, "", *rep.side_by_side_lines(*(rep.read_cases(r) for r in args.results))]))
         return 0
     return 2
 

@@ -280,6 +280,22 @@ def read_cases(path: Path) -> list[Case]:
     return cases
 
 
+def run_lines(label: str, path: Path) -> list[str]:
+    """One run's facts, as a markdown list item, from its results.json (a report.md has none)."""
+    if path.suffix != ".json":
+        return [f"- **{label}**: {path}"]
+    data = json.loads(path.read_text())
+    info, summary = data.get("info", {}), data.get("summary", "")
+    wall = info.get("wall_seconds") or 0
+    facts = [f"{info.get('date') or '?'}", f"commit {info.get('nodeagent_commit') or '?'}",
+             *([f"{wall / 60:.1f} min"] if wall else [])]
+    lines = [f"- **{label}** ({', '.join(facts)}): {summary}", f"  - command: `{info.get('command', '?')}`"]
+    if info.get("node"):
+        lines.append(f"  - node: {info['node']}")
+    lines += [f"  - {note}" for note in info.get("notes", [])]
+    return lines
+
+
 @dataclass
 class Differences:
     """Two runs of one selection, test by test."""

@@ -1,8 +1,9 @@
-"""python -m conformance.node_e2e {run,list,build}
+"""python -m conformance.node_e2e {run,list,build,report}
 
-  run    containerd, the suite's services and the node; the [NodeConformance] specs; the report
-  list   the selection (RUN/SKIP per spec), building e2e_node.test if needed
-  build  build e2e_node.test (go test -c k8s.io/kubernetes/test/e2e_node)
+  run     containerd, the suite's services and the node; the [NodeConformance] specs; the report
+  list    the selection (RUN/SKIP per spec), building e2e_node.test if needed
+  build   build e2e_node.test (go test -c k8s.io/kubernetes/test/e2e_node)
+  report  docs/node-conformance-report.md from a nodeagent run and a kubelet run (results.json)
 
 See docs/node-e2e.md.
 """
@@ -46,7 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--e2e-arg", action="append", default=[], dest="e2e_args",
                        help="extra argument for the tests' e2e_node.test (repeatable)")
     p_build.add_argument("--force", action="store_true", help="rebuild even if present")
+    p_report = sub.add_parser("report", help="both nodes' runs side by side, as markdown")
+    p_report.add_argument("nodeagent", type=Path, help="results.json of the nodeagent run")
+    p_report.add_argument("kubelet", type=Path, help="results.json of the --node kubelet run")
+    p_report.add_argument("--out", type=Path, default=runner.REPO / "docs" / "node-conformance-report.md")
     args = parser.parse_args(argv)
+
+    if args.command == "report":
+        args.out.write_text(runner.side_by_side_report(args.nodeagent, args.kubelet))
+        print(args.out)
+        return 0
 
     if args.command == "build":
         path, secs = harness.build(args.binary, force=args.force)

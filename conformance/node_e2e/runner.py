@@ -467,3 +467,20 @@ def run(opts: Options) -> int:
     if rc:
         return rc
     return 0 if all(c.status != rep.FAILED for c in cases) else 1
+
+
+def side_by_side_report(nodeagent: Path, kubelet: Path) -> str:
+    """docs/node-conformance-report.md: the two runs' facts, then both results per spec."""
+    lines = ["# Upstream node e2e (test/e2e_node): nodeagent and the upstream kubelet", "",
+             "Kubernetes' node e2e suite, its `[NodeConformance]` specs minus the skip list "
+             "(conformance/node_e2e/skip.yaml: specs that restart the kubelet through systemd, or use the "
+             "host's /var/lib/kubelet), run by `python -m conformance.node_e2e run` once with nodeagent as "
+             "the node and once with the kubelet v1.37.2 of the same module (`--node kubelet`), on the same "
+             "machine and containerd. docs/node-e2e.md says how the suite runs here, what these machines "
+             "lack, and the reading of the differences. Rendered by `python -m conformance.node_e2e report`.",
+             "", "## The runs", ""]
+    lines += rep.run_lines("nodeagent", nodeagent) + rep.run_lines("kubelet", kubelet)
+    lines += ["", "## Spec by spec", ""]
+    lines += rep.side_by_side_lines(rep.read_cases(nodeagent), rep.read_cases(kubelet))
+    return "\n".join(lines) + "\n"
+

@@ -119,6 +119,8 @@ def make_cgroup_root(name: str) -> None:
 def remove_cgroup_root(name: str) -> list[Path]:
     """rmdir the root and what the kubelet made under it, deepest first; returns what could not
     be removed (a cgroup that still holds a task)."""
+    if not name.strip("/"):
+        raise ValueError("refusing to remove the host's root cgroup (every empty cgroup of the machine)")
     left = []
     for hierarchy in cgroup_hierarchies():
         top = hierarchy / name.strip("/")

@@ -40,6 +40,7 @@ API_PORT = 6443
 KUBELET_PORT = 10250          # endpoints_test.go and others dial https://127.0.0.1:10250 directly
 KUBELET_HEALTHZ_PORT = 10248
 KUBELET_READ_ONLY_PORT = 10255  # the harness's kubelet has it; the summary and cAdvisor specs read it
+POD_CGROUPS = "/kubepods"  # the nodes' cgroupRoot is /: the kubelet's tree, as the specs expect
 PORTS = (API_PORT, KUBELET_PORT, KUBELET_HEALTHZ_PORT, KUBELET_READ_ONLY_PORT)
 """Fixed by the suite: one run per machine."""
 

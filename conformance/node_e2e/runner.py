@@ -231,6 +231,11 @@ class Environment:
             "port": harness.KUBELET_PORT,
             "healthzPort": harness.KUBELET_HEALTHZ_PORT,
             "readOnlyPort": harness.KUBELET_READ_ONLY_PORT,
+            # Pod cgroups at the kubelet's /kubepods/<qos>/pod<uid>: the Cgroup Manager specs
+            # hard-code that path (pods_container_manager_test.go). Safe for the kubelet's orphan
+            # cleanup only because nothing else uses /kubepods here: one run per machine (the
+            # fixed ports), and `--node kubelet` refuses while another kubelet runs.
+            "cgroupRoot": "/",
             "containerRuntimeEndpoint": self.ctd.endpoint,
             "podLogsDir": str(self.node_dir / "pods"),
             "staticPodPath": str(self.node_dir / "manifests"),
@@ -243,11 +248,7 @@ class Environment:
 
     def nodeagent_argv(self) -> list[str]:
         cfg = self.node_dir / "kubelet-config.json"
-        # cgroupRoot "/": pod cgroups at the kubelet's /kubepods/<qos>/pod<uid>, the path the
-        # Cgroup Manager specs hard-code (pods_container_manager_test.go). The kubelet baseline
-        # keeps a root of its own (kubelet_argv): its orphan cleanup must not see other pods.
-        config = {**self.node_config(), "cgroupRoot": "/"}
-        cfg.write_text(json.dumps(config, indent=1) + "\n")
+        cfg.write_text(json.dumps(self.node_config(), indent=1) + "\n")
         return [sys.executable, "-m", "nodeagent", "run", f"--config={cfg}",
                 "--kubeconfig", str(self.kubeconfig()),
                 "--node-name", self.opts.node_name,
@@ -259,7 +260,7 @@ class Environment:
         conformance/e2e keeps it (controlplane/confine.py)."""
         from controlplane import build as cpbuild
         from controlplane import confine
-        config = {**self.node_config(), **THIS_HOST, "cgroupRoot": self.kubelet_cgroup_root}
+        config = {**THIS_HOST, **self.node_config()}
         cfg = self.node_dir / "kubelet-config.json"
         cfg.write_text(json.dumps(config, indent=1) + "\n")
         root = self.node_dir / "root"
@@ -267,11 +268,7 @@ class Environment:
         argv = [str(cpbuild.binary("kubelet")), f"--config={cfg}", f"--kubeconfig={self.kubeconfig()}",
                 f"--root-dir={root}", f"--cert-dir={root / 'pki'}",
                 f"--hostname-override={self.opts.node_name}", "--v=2", *self.opts.nodeagent_args]
-        return confine.confine(argv, self.node_dir, root, self.kubelet_cgroup_root)
-
-    @property
-    def kubelet_cgroup_root(self) -> str:
-        return "/node-e2e-kubelet"
+        return confine.confine(argv, self.node_dir, root, "/")
 
     def start_node(self) -> None:
         self.node_dir.mkdir(parents=True, exist_ok=True)
@@ -321,12 +318,14 @@ class Environment:
             log(f"containerd stop: {e}")
         if self.services is not None and self.services.poll() is None:
             _kill(self.services.pid, proc=self.services)
-        if self.opts.node == "kubelet":
-            from controlplane import confine
-            try:
-                confine.release(self.kubelet_cgroup_root)
-            except Exception as e:  # noqa: BLE001
-                log(f"releasing what the kubelet held on the host: {e}")
+        from controlplane import confine
+        try:
+            # The QoS tiers either node made under cgroupRoot / (pods' cgroups went with them).
+            confine.remove_cgroup_root(harness.POD_CGROUPS)
+            if self.opts.node == "kubelet":
+                confine.remove_iptables_chains()
+        except Exception as e:  # noqa: BLE001
+            log(f"releasing what the node held on the host: {e}")
         _unmount_below(self.node_dir)
         if self.created_cert_dir:
             shutil.rmtree(APISERVER_CERT_DIR, ignore_errors=True)

@@ -399,6 +399,15 @@ def e2e_flags(env: Environment, report_dir: Path) -> list[str]:
     ]
 
 
+def passes(names: list[str], nodes: int) -> list[tuple[str, list[str], int]]:
+    """(label, tests, ginkgo processes): with nodes > 1 a parallel pass, then the [Serial] and
+    [Disruptive] tests alone (they must not share the node with others), as upstream CI does."""
+    if nodes <= 1:
+        return [("all", names, 1)]
+    serial = [n for n in names if "[Serial]" in n or "[Disruptive]" in n]
+    return [("parallel", [n for n in names if n not in serial], nodes), ("serial", serial, 1)]
+
+
 def run_pass(env: Environment, names: list[str], report_dir: Path, nodes: int,
              log_path: Path) -> int:
     """One invocation of the e2e tests on exactly `names`; returns its exit code."""
@@ -536,11 +545,8 @@ def run(opts: Options) -> int:
             info.node = (f"{opts.node} on containerd {env.ctd.version().get('runtime_version', '?')}: "
                          f"`{shlex.join(a.replace(str(opts.workdir), 'WORKDIR') for a in env.node_argv)}`")
             log_path = reports / "e2e.log"
-            serial = [n for n in to_run if "[Serial]" in n or "[Disruptive]" in n]
-            passes = ([("parallel", [n for n in to_run if n not in serial], opts.nodes),
-                       ("serial", serial, 1)] if opts.nodes > 1 else [("all", to_run, 1)])
             junits = []
-            for label, names, nodes in passes:
+            for label, names, nodes in (planned := passes(to_run, opts.nodes)):
                 if not names:
                     continue
                 rd = reports / f"e2e-{label}"
@@ -556,7 +562,7 @@ def run(opts: Options) -> int:
                 else:
                     info.notes.append(f"pass {label!r} wrote no JUnit ({junit}); see {log_path}")
             parsed = rep.parse_junit(junits)
-            if log_path.exists() and len(junits) < sum(1 for _, n, _ in passes if n):
+            if log_path.exists() and len(junits) < sum(1 for _, n, _ in planned if n):
                 # a pass wrote no JUnit (killed): take what its log says
                 parsed = rep.merge(parsed, rep.parse_log(log_path, to_run))
             info.suite_failures = parsed.suite_failures

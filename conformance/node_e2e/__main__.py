@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--runtime", choices=["containerd2", "containerd1.6"], default=None)
     p_run.add_argument("--node-timeout", type=float, default=120.0, help="seconds to wait for the Node to be Ready")
     p_run.add_argument("--suite-timeout", default="2h", help="ginkgo --timeout (default 2h)")
+    p_run.add_argument("--nodes", type=int, default=1,
+                       help="ginkgo processes (N>1: the ginkgo CLI, then [Serial] and [Disruptive] specs alone)")
     p_run.add_argument("--keep", action="store_true", help="leave the environment running")
     p_run.add_argument("--nodeagent-arg", action="append", default=[], dest="nodeagent_args",
                        help="extra argument for `nodeagent run` (or the kubelet; repeatable)")
@@ -68,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.node_name:
             opts.node_name = args.node_name
         opts.runtime, opts.node_timeout, opts.suite_timeout = args.runtime, args.node_timeout, args.suite_timeout
+        opts.nodes = args.nodes
         opts.keep, opts.nodeagent_args, opts.e2e_args = args.keep, args.nodeagent_args, args.e2e_args
     return runner.run(opts)
 

@@ -134,12 +134,19 @@ def services_argv(binary: Path, token: str) -> list[str]:
 
 
 def tests_argv(binary: Path, *, token: str, focus: str, report_dir: Path, runtime_endpoint: str,
-               timeout: str, extra: list[str] | None = None) -> list[str]:
-    """The tests, against the services and node already up. No --kubelet-root-dir: e2e_node.test
-    does not register it, and sets /var/lib/kubelet (services.KubeletRootDirectory) for the few
-    specs that look there (runtime_conformance_test.go, mirror_pod_test.go, pods_api_test.go)."""
-    return [str(binary),
-            f"--ginkgo.focus={focus}", f"--ginkgo.timeout={timeout}", "--ginkgo.no-color", "--ginkgo.v",
+               timeout: str, extra: list[str] | None = None, ginkgo: Path | None = None,
+               nodes: int = 1) -> list[str]:
+    """The tests, against the services and node already up; with ``nodes`` > 1 through the
+    ``ginkgo`` CLI in that many processes. No --kubelet-root-dir: e2e_node.test does not register
+    it, and sets /var/lib/kubelet (services.KubeletRootDirectory) for the few specs that look
+    there (runtime_conformance_test.go, mirror_pod_test.go, pods_api_test.go)."""
+    flags = [f"--focus={focus}", f"--timeout={timeout}", "--no-color", "-v"]
+    if nodes > 1:
+        assert ginkgo is not None
+        head = [str(ginkgo), f"--nodes={nodes}", *flags, str(binary), "--"]
+    else:
+        head = [str(binary), *("--ginkgo." + f.lstrip("-") for f in flags)]
+    return [*head,
             "--start-services=false",       # the runner started them, and the node
             "--prepull-images=false",       # nothing is pulled: the runner imported the images
             f"--bearer-token={token}",

@@ -37,7 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from conformance.e2e import report as rep
-from conformance.e2e.runner import EnvironmentError_, _cmdline_has, _kill, _kill_group, _unmount_below, git_commit, tail
+from conformance.e2e.runner import (
+    EnvironmentError_,
+    _cmdline_has,
+    _kill,
+    _kill_group,
+    _unmount_below,
+    git_commit,
+    passes,
+    tail,
+)
 from conformance.node_e2e import harness
 from conformance.node_e2e import selection as sel
 from controlplane.kubeletconfig import THIS_HOST
@@ -67,6 +76,7 @@ class Options:
     node_timeout: float = 120.0
     services_timeout: float = 120.0
     suite_timeout: str = "2h"
+    nodes: int = 1                      # ginkgo processes (>1: a parallel pass, then [Serial] alone)
     keep: bool = False
     dry_run: bool = False
     binary: Path | None = None
@@ -345,16 +355,21 @@ def _running_kubelets() -> list[int]:
 
 # --- the tests -------------------------------------------------------------------------------
 
-def run_tests(env: Environment, names: list[str], report_dir: Path, log_path: Path) -> int:
+def run_tests(env: Environment, names: list[str], report_dir: Path, log_path: Path, nodes: int = 1) -> int:
     focus = sel.focus_regex(names)
+    ginkgo = None
+    if nodes > 1:
+        from controlplane import build as cpbuild
+        cpbuild.build(["ginkgo"])
+        ginkgo = cpbuild.binary("ginkgo")
     report_dir.mkdir(parents=True, exist_ok=True)
     cwd = env.work / "tests"  # the suite makes kubelet.conf.d and such in its working directory
     cwd.mkdir(parents=True, exist_ok=True)
     argv = harness.tests_argv(env.binary, token=env.token, focus=focus, report_dir=report_dir,
                               runtime_endpoint=env.ctd.endpoint, timeout=env.opts.suite_timeout,
-                              extra=env.opts.e2e_args)
+                              extra=env.opts.e2e_args, ginkgo=ginkgo, nodes=nodes)
     path = harness.path_without_systemd(env.work / "path")
-    shown = [a.split("=", 1)[0] + f"=<exact names of {len(names)} specs>" if a.startswith("--ginkgo.focus=")
+    shown = [a.split("=", 1)[0] + f"=<exact names of {len(names)} specs>" if a.startswith(("--ginkgo.focus=", "--focus="))
              else "--bearer-token=…" if a.startswith("--bearer-token=") else a for a in argv]
     log(f"running {len(names)} specs: {shlex.join(shown)} (log {log_path}; PATH without "
         f"{', '.join(sorted(harness.HIDDEN_COMMANDS))})")
@@ -428,15 +443,16 @@ def run(opts: Options) -> int:
         else:
             info.node = (f"{opts.node} on containerd {env.ctd.version().get('runtime_version', '?')}: "
                          f"`{shlex.join(a.replace(str(opts.workdir), 'WORKDIR') for a in env.node_argv)}`")
-            if to_run:
-                run_tests(env, to_run, reports / "e2e", log_path)
+            for label, names, nodes in passes(to_run, opts.nodes):
+                if names:
+                    run_tests(env, names, reports / f"e2e-{label}", log_path, nodes)
             if env.node is not None and env.node.poll() is not None:
                 info.notes.append(f"{opts.node} exited with {env.node.returncode} during the tests "
                                   f"(see {env.node_log.name})")
-            junits = sorted((reports / "e2e").glob("junit*.xml"))
+            junits = sorted(reports.glob("e2e-*/junit*.xml"))
             parsed = rep.parse_junit(junits)
             if log_path.exists() and not junits:
-                info.notes.append(f"the suite wrote no JUnit under {reports / 'e2e'}; see {log_path}")
+                info.notes.append(f"the suite wrote no JUnit under {reports}/e2e-*; see {log_path}")
                 parsed = rep.merge(parsed, rep.parse_log(log_path, to_run))
             info.suite_failures = parsed.suite_failures
             not_run = "the suite stopped before it (interrupted or timed out; see e2e.log)"
@@ -446,7 +462,7 @@ def run(opts: Options) -> int:
         info.notes.append("interrupted")
         not_run = "interrupted"
         rc = 130
-        parsed = rep.parse_junit(sorted((reports / "e2e").glob("junit*.xml")))
+        parsed = rep.parse_junit(sorted(reports.glob("e2e-*/junit*.xml")))
         if log_path.exists():
             parsed = rep.merge(parsed, rep.parse_log(log_path, to_run))
     finally:

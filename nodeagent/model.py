@@ -240,6 +240,8 @@ class VolumeMount(_ApiModel):
     sub_path: str = ""
     sub_path_expr: str = ""
     mount_propagation: Literal["None", "HostToContainer", "Bidirectional"] | None = None
+    recursive_read_only: Literal["Disabled", "IfPossible", "Enabled"] | None = None
+    """Submounts read-only too (plugins/runtime/sync.py resolves it against the runtime handler)."""
 
 
 class VolumeDevice(_ApiModel):

@@ -23,6 +23,9 @@ class RuntimeNotes:
 
     post_start_running: set[str] = field(default_factory=set)
     """Container ids whose postStart hook has not returned yet."""
+    recursive_read_only: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Container name -> the mount paths its latest instance got recursively read-only (what
+    its status.volumeMounts report as recursiveReadOnly: Enabled)."""
     changed: anyio.Event = field(default_factory=anyio.Event)
     """Set (and replaced) whenever a note changes, so the status stage looks again."""
 

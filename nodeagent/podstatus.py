@@ -96,6 +96,15 @@ class ResourceStatus(_StatusModel):
     requests: dict[str, str] | None = None
 
 
+class VolumeMountStatus(_StatusModel):
+    """convertToAPIContainerStatuses' volumeMounts: one per spec volumeMount; readOnly left out
+    when false, recursiveReadOnly only for a read-only mount (Enabled or Disabled)."""
+    name: str
+    mount_path: str
+    read_only: Literal[True] | None = None
+    recursive_read_only: Literal["Enabled", "Disabled"] | None = None
+
+
 class ContainerStatus(_StatusModel):
     name: str
     image: str
@@ -108,6 +117,7 @@ class ContainerStatus(_StatusModel):
     last_state: ContainerState
     resources: ResourceStatus | None = None
     allocated_resources: dict[str, str] | None = None
+    volume_mounts: list[VolumeMountStatus] | None = None
 
 
 class PodStatus(_StatusModel):

@@ -51,6 +51,7 @@ from nodeagent.podstatus import (
     PodPhase,
     PodStatus,
     ResourceStatus,
+    VolumeMountStatus,
 )
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import AgentHandle, Observe, PodContext
@@ -80,6 +81,8 @@ class Facts:
     """Allocated and applied resources, resize conditions (plugins/runtime/resize.py)."""
     reset_at: int = 0
     """When the pod was last restarted as a whole (the fact RESTART_ALL_AT), ns."""
+    recursive_read_only: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Container name -> mount paths its latest instance got recursively read-only."""
 
 
 def _ts(ns: int) -> str:
@@ -123,7 +126,7 @@ def container_status(pod: Pod, container: Container, runtime: PodRuntime, facts:
         reason = "PodInitializing" if pod.spec.init_containers else "ContainerCreating"
         return ContainerStatus(name=container.name, image=container.image, image_id="", ready=False, started=False,
                                restart_count=0, state=ContainerState(waiting=ContainerStateWaiting(reason=reason)),
-                               last_state=ContainerState())
+                               last_state=ContainerState(), volume_mounts=volume_mounts(container, facts))
     latest = instances[0]
     previous = instances[1] if len(instances) > 1 else None
     started = latest.running and latest.id not in facts.post_start_running
@@ -141,7 +144,7 @@ def container_status(pod: Pod, container: Container, runtime: PodRuntime, facts:
                                restart_count=latest.restart_count + 1,
                                state=ContainerState(waiting=ContainerStateWaiting(reason="ContainerCreating")),
                                last_state=_state(latest, facts, limit), resources=resources,
-                               allocated_resources=allocated)
+                               allocated_resources=allocated, volume_mounts=volume_mounts(container, facts))
     resources, allocated = _resources(container, latest, facts)
     return ContainerStatus(
         name=container.name,
@@ -155,7 +158,20 @@ def container_status(pod: Pod, container: Container, runtime: PodRuntime, facts:
         last_state=_state(previous, facts, limit) if previous is not None and previous.exited else ContainerState(),
         resources=resources,
         allocated_resources=allocated,
+        volume_mounts=volume_mounts(container, facts),
     )
+
+
+def volume_mounts(container: Container, facts: Facts) -> list[VolumeMountStatus] | None:
+    """status.volumeMounts, as the kubelet's RecursiveReadOnlyMounts (GA) reports them: every
+    spec mount, a read-only one with its recursive mode as the runtime stage resolved it."""
+    if not container.volume_mounts:
+        return None
+    made = facts.recursive_read_only.get(container.name, frozenset())
+    return [VolumeMountStatus(name=m.name, mount_path=m.mount_path, read_only=True if m.read_only else None,
+                              recursive_read_only=("Enabled" if m.mount_path in made else "Disabled")
+                              if m.read_only else None)
+            for m in container.volume_mounts]
 
 
 def _resources(container: Container, latest: ContainerRecord,
@@ -417,6 +433,7 @@ class StatusStage(Observe):
             runtime = ctx.observed
             facts = Facts(messages=await _read_messages(ctx, runtime),
                           post_start_running=frozenset(notes.post_start_running),
+                          recursive_read_only=dict(notes.recursive_read_only),
                           node_ip=ctx.node.ip, now=time.time(),
                           resize=ctx.facts.get(RESIZE), reset_at=ctx.facts.get(RESTART_ALL_AT) or 0)
             status = compute(ctx.pod, runtime, facts)

@@ -94,16 +94,17 @@ def test_a_cgroup_root_that_climbs_out_is_refused(tmp_path: Path) -> None:
 
 
 async def test_a_pod_runs_in_the_kubepods_tree_of_the_configured_cgroup_root(containerd: Any, tmp_path: Path) -> None:
-    """On the host's cgroups, through the runtime: the QoS tiers made at start, the container's own
-    /proc/self/cgroup naming <cgroupRoot>/kubepods/burstable/pod<uid>, the pod's directory going
-    with the pod."""
+    """On the host's cgroups, through the runtime: the QoS tiers made and sized, the container's
+    own /proc/self/cgroup naming <cgroupRoot>/kubepods/burstable/pod<uid>, the pod's directory
+    going with the pod."""
     from tests.agent_helpers import pod_manifest, running_agent, wait_for
 
     root = f"/nodeagent-test-{uuid.uuid4().hex[:8]}"  # of its own: other agents run on this host
     hierarchy = podcgroup.CGROUP_FS if podcgroup.unified() else podcgroup.CGROUP_FS / "memory"
     try:
         async with running_agent(containerd, tmp_path, cgroupRoot=root) as env:
-            env.write("p.yaml", pod_manifest("p", container={"resources": {"limits": {"memory": "64Mi"}}}))
+            env.write("p.yaml", pod_manifest("p", container={"resources": {"requests": {"cpu": "250m"},
+                                                                            "limits": {"memory": "64Mi"}}}))
             main = await env.wait_running("p")
             uid = env.uid_of("p")
             result = await env.client.exec_sync(main.id, ["cat", "/proc/self/cgroup"], timeout=10)
@@ -113,17 +114,21 @@ async def test_a_pod_runs_in_the_kubepods_tree_of_the_configured_cgroup_root(con
             assert memory.startswith(f"{root}/kubepods/burstable/pod{uid}/"), memory
             pod_dir = hierarchy / root.lstrip("/") / "kubepods" / "burstable" / f"pod{uid}"
             assert pod_dir.is_dir()
-            # Both QoS tiers exist from the start, as the kubelet's QoS container manager makes them.
+            # Both QoS tiers, as the kubelet's QoS container manager keeps them: BestEffort at the
+            # minimum CPU shares, Burstable sized by its pods' requests (250m: 256 shares).
             assert (hierarchy / root.lstrip("/") / "kubepods" / "besteffort").is_dir()
+            tiers = podcgroup.CGROUP_FS / "cpu" / root.lstrip("/") / "kubepods"
             if not podcgroup.unified():
-                shares = podcgroup.CGROUP_FS / "cpu" / root.lstrip("/") / "kubepods" / "besteffort" / "cpu.shares"
-                assert shares.read_text().strip() == "2"
+                assert (tiers / "besteffort" / "cpu.shares").read_text().strip() == "2"
+                assert (tiers / "burstable" / "cpu.shares").read_text().strip() == "256"
             env.remove("p.yaml")
 
             async def removed() -> bool:
                 return not pod_dir.exists()
 
             await wait_for(removed, 60, f"{pod_dir} removed with the pod")
+            if not podcgroup.unified():
+                assert (tiers / "burstable" / "cpu.shares").read_text().strip() == "2"  # no Burstable pod left
     finally:
         for h in [hierarchy] if podcgroup.unified() else podcgroup.CGROUP_FS.iterdir():
             if (h / root.lstrip("/")).is_dir():

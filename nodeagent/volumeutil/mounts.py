@@ -5,8 +5,8 @@ each container start (nodeagent/volumebind.py), readOnly, and mount propagation.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cri import types as t
@@ -61,6 +61,43 @@ def check_sub_path(sub: str) -> None:
         raise MountConfigError(f"error SubPath `{sub}` must not be an absolute path")
     if ".." in sub.split("/"):
         raise MountConfigError(f"unable to provision SubPath `{sub}`: must not contain '..'")
+
+
+def resolve_recursive_read_only(mount: VolumeMount, runtime_supports: bool) -> bool:
+    """resolveRecursiveReadOnly: whether the mount is made recursively read-only (its submounts
+    too), or MountConfigError for a mode the mount or the runtime handler cannot have."""
+    mode = mount.recursive_read_only
+    if mode is None or mode == "Disabled":
+        return False
+    if not mount.read_only:
+        raise MountConfigError(f"volume {mount.name!r} requested recursive read-only mode, but it is not read-only")
+    if mount.mount_propagation not in (None, "None"):
+        raise MountConfigError(f"volume {mount.name!r} requested recursive read-only mode, but it is not compatible "
+                               f"with propagation {mount.mount_propagation!r}")
+    if mode == "Enabled" and not runtime_supports:
+        raise MountConfigError(f"volume {mount.name!r} requested recursive read-only mode, but it is not supported "
+                               "by the runtime")
+    return runtime_supports
+
+
+def wants_recursive_read_only(container: Container) -> bool:
+    return any(m.recursive_read_only not in (None, "Disabled") for m in container.volume_mounts)
+
+
+def with_recursive_read_only(container: Container, mounts: Sequence[t.Mount],
+                             runtime_supports: bool) -> tuple[list[t.Mount], set[str]]:
+    """``mounts`` with CRI's recursive_read_only set where the container's volumeMount (found by
+    its mount path, unique in a container) resolves to it; and the mount paths it was set on.
+    Raises MountConfigError as :func:`resolve_recursive_read_only`."""
+    by_path = {m.mount_path: m for m in container.volume_mounts}
+    out, made = [], set()
+    for mount in mounts:
+        spec = by_path.get(mount.container_path)
+        if spec is not None and resolve_recursive_read_only(spec, runtime_supports):
+            mount = replace(mount, recursive_read_only=True)
+            made.add(mount.container_path)
+        out.append(mount)
+    return out, made
 
 
 def container_mounts(container: Container, volumes: Mapping[str, PreparedVolume | None],

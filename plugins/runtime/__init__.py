@@ -90,6 +90,9 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         """cgroupsPerQOS: False makes, writes, removes and sweeps no pod cgroup."""
         self._pods_root = pods_root
         """The cgroup the pod cgroups are under (podcgroup.pods_root): what the sweep walks."""
+        self._tier_lock = anyio.Lock()
+        self._tier_milli: int | None = None
+        """The Burstable tier's size last written (None: not yet, or the write failed)."""
         self._images = ImagePuller.new(node_keyring, pull_records)
         self._ledger = Ledger()
         self.starts = StartCounts()
@@ -109,11 +112,15 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         if not self._pod_cgroups:
             return  # no pod cgroups: none can be orphaned
         try:
-            await anyio.to_thread.run_sync(podcgroup.ensure_qos_tiers, self._pods_root)
+            async with self._tier_lock:
+                milli = self._ledger.burstable_cpu_milli()
+                await anyio.to_thread.run_sync(podcgroup.ensure_qos_tiers, self._pods_root, milli)
+                self._tier_milli = milli
         except OSError as exc:
             log.warning("cannot make the QoS cgroups", root=self._pods_root, error=str(exc))
         while True:
             await anyio.sleep(ORPHAN_SWEEP_SECONDS)
+            await self._size_tiers()  # a resize changes a pod's requests without a start or stop
             try:
                 removed = await anyio.to_thread.run_sync(podcgroup.sweep, self._ledger.uids(),
                                                          ORPHAN_MIN_AGE_SECONDS, time.time(), self._pods_root)
@@ -237,6 +244,25 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             return
         state.pod_cgroup = podcgroup.pod_values(pod)
         state.pod_applied = pod.spec.resources
+        await self._size_tiers()
+
+    async def _size_tiers(self) -> None:
+        """The Burstable tier sized by the Burstable pods' requests, written only when that
+        changed (a BestEffort or Guaranteed pod costs nothing here); serialised, so that the
+        last write holds the ledger's latest sum."""
+        if not self._pod_cgroups:
+            return
+        async with self._tier_lock:
+            milli = self._ledger.burstable_cpu_milli()
+            if milli == self._tier_milli:
+                return
+            try:
+                await anyio.to_thread.run_sync(podcgroup.size_burstable_tier, self._pods_root, milli)
+            except OSError as exc:
+                log.warning("cannot size the Burstable QoS cgroup", root=self._pods_root, error=str(exc))
+                self._tier_milli = None
+                return
+            self._tier_milli = milli
 
     @staticmethod
     async def _sandbox_ip(ctx: PodContext, sandbox_id: str) -> str:
@@ -315,6 +341,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         await anyio.to_thread.run_sync(self._userns.release, ctx.ref.uid)  # no sandbox holds its IDs now
         if self._pod_cgroups:
             await podcgroup.remove(ctx.pod, ctx.settings)
+            await self._size_tiers()
         logs = hostpaths.pod_log_dir(self._logs, ctx.ref.namespace, ctx.ref.name, ctx.ref.uid)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(logs, ignore_errors=True))
         await anyio.to_thread.run_sync(_remove_pod_dir, ctx)

@@ -77,22 +77,45 @@ def cgroup_parent(pod: Pod, settings: NodeConfig | None = None) -> str:
     return f"{root}/{qos.lower()}/{name}"
 
 
-def ensure_qos_tiers(root: str) -> None:
+def ensure_qos_tiers(root: str, burstable_cpu_milli: int) -> None:
     """The Burstable and BestEffort tiers under ``root`` as the kubelet's QoS container manager
-    makes them at start (qos_container_manager_linux.go Start), before any pod needs one:
-    monitoring and the node e2e specs expect both. BestEffort gets the minimum CPU shares (2)
-    there, as the kubelet gives it. Raises OSError when the host does not let us."""
+    keeps them (qos_container_manager_linux.go: made at start, before any pod needs one, and
+    monitoring and the node e2e specs expect both): BestEffort with the minimum CPU shares (2),
+    Burstable with the shares of its pods' summed CPU requests (:func:`size_burstable_tier`).
+    Raises OSError when the host does not let us."""
     rel = root.strip("/")
+    for tier in ("burstable", "besteffort"):
+        for directory in _tier_dirs(rel, tier):
+            directory.mkdir(parents=True, exist_ok=True)
+            if unified():
+                _enable_controllers(directory)
+    _write_shares(rel, "besteffort", milli_cpu_to_shares(0))
+    size_burstable_tier(root, burstable_cpu_milli)
+
+
+def size_burstable_tier(root: str, cpu_milli: int) -> None:
+    """setCPUCgroupConfig: the Burstable tier's CPU shares from the CPU requests of every
+    Burstable pod (the minimum, 2, with none), so that under contention the tiers share the CPU
+    as their pods asked; the kubelet redoes it as pods come and go, and so does the runtime stage."""
+    _write_shares(root.strip("/"), "burstable", milli_cpu_to_shares(cpu_milli))
+
+
+def _weight(shares: int) -> int:
+    """cgroup v2's cpu.weight for v1 shares (the runtime's conversion)."""
+    return 1 + ((shares - 2) * 9999) // 262142
+
+
+def _tier_dirs(rel: str, tier: str) -> list[Path]:
     if unified():
-        for tier in ("burstable", "besteffort"):
-            (CGROUP_FS / rel / tier).mkdir(parents=True, exist_ok=True)
-            _enable_controllers(CGROUP_FS / rel / tier)
-        (CGROUP_FS / rel / "besteffort" / "cpu.weight").write_text("1")
-        return
-    for controller in V1_CONTROLLERS:
-        for tier in ("burstable", "besteffort"):
-            (CGROUP_FS / controller / rel / tier).mkdir(parents=True, exist_ok=True)
-    (CGROUP_FS / "cpu" / rel / "besteffort" / "cpu.shares").write_text(str(milli_cpu_to_shares(0)))
+        return [CGROUP_FS / rel / tier]
+    return [CGROUP_FS / controller / rel / tier for controller in V1_CONTROLLERS]
+
+
+def _write_shares(rel: str, tier: str, shares: int) -> None:
+    if unified():
+        (CGROUP_FS / rel / tier / "cpu.weight").write_text(str(_weight(shares)))
+    else:
+        (CGROUP_FS / "cpu" / rel / tier / "cpu.shares").write_text(str(shares))
 
 
 def unified() -> bool:
@@ -140,9 +163,8 @@ def _files(pod: Pod, v: Values, settings: NodeConfig | None) -> dict[Path, str]:
     rel = cgroup_parent(pod, settings).lstrip("/")
     if unified():
         base = CGROUP_FS / rel
-        weight = 1 + ((shares - 2) * 9999) // 262142
         return {
-            base / "cpu.weight": str(weight),
+            base / "cpu.weight": str(_weight(shares)),
             base / "cpu.max": f"{quota if quota > 0 else 'max'} {CPU_PERIOD_US}",
             base / "memory.max": str(v.memory_limit) if v.memory_limit else "max",
         }
@@ -280,4 +302,4 @@ def sweep(active: Collection[str], min_age_seconds: float, now: float, root: str
 
 
 __all__ = ["DEFAULT_ROOT", "apply", "cgroup_parent", "enabled", "ensure_qos_tiers", "memory_usage", "pod_values",
-           "pods_root", "remove", "sandbox_resources", "sweep", "widest"]
+           "pods_root", "remove", "sandbox_resources", "size_burstable_tier", "sweep", "widest"]

@@ -35,6 +35,7 @@ from nodeagent.kube.resources import (
     Values,
     linux_resources,
     pod_requests,
+    qos_class,
     values,
 )
 from nodeagent.model import Container, Pod
@@ -99,12 +100,22 @@ class Ledger:
 
     def __init__(self) -> None:
         self._pods: dict[str, dict[str, int]] = {}
+        self._burstable: set[str] = set()
 
     def set(self, uid: str, pod: Pod) -> None:
         self._pods[uid] = pod_requests(pod)
+        if qos_class(pod) == "Burstable":
+            self._burstable.add(uid)
+        else:
+            self._burstable.discard(uid)
 
     def release(self, uid: str) -> None:
         self._pods.pop(uid, None)
+        self._burstable.discard(uid)
+
+    def burstable_cpu_milli(self) -> int:
+        """The Burstable pods' CPU requests summed: what the Burstable QoS tier is sized by."""
+        return sum(self._pods[uid].get("cpu", 0) for uid in self._burstable)
 
     def uids(self) -> set[str]:
         """The pods the runtime stage runs (from their sandbox's making to their cleanup)."""

@@ -31,6 +31,7 @@ from nodeagent.stages import PodContext, Result
 from nodeagent.stash import StashKey
 from nodeagent.terminationmessage import create_message_file, message_mount
 from nodeagent.volumebind import VolumeBindError, bind_volume_mounts
+from nodeagent.volumeutil.mounts import wants_recursive_read_only, with_recursive_read_only
 from plugins.runtime import imagevolumes, restartall
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.container import container_config, container_hash, runtime_inputs
@@ -44,6 +45,8 @@ from plugins.runtime.resize import (
     resize_restarts,
     skip_backoff,
 )
+from plugins.runtime.runtimeclass import handler_of
+from plugins.runtime.sandbox import SandboxConfigError
 from plugins.runtime.startcounts import StartCounts
 from plugins.runtime.termination import kill, pod_grace, victim
 
@@ -265,6 +268,10 @@ class Syncer:
             extra.mounts.extend(await anyio.to_thread.run_sync(bind_volume_mounts, ctx.pod_dir, name, extra.binds))
             # Image volumes: mounted by the runtime itself, from the image ensured in prepare.
             extra.mounts.extend(imagevolumes.mounts(ctx, pod, container))
+            if wants_recursive_read_only(container):
+                supported = await handler_supports_recursive_read_only(ctx)
+                extra.mounts, made = with_recursive_read_only(container, extra.mounts, supported)
+                notes_of(ctx.facts).recursive_read_only[name] = frozenset(made)
             message_file = create_message_file(ctx.pod_dir, name)
         except (VolumeBindError, OSError, ValueError) as exc:
             detail = exc.detail if isinstance(exc, VolumeBindError) else str(exc)
@@ -383,6 +390,18 @@ class Syncer:
         finally:
             acted(ctx)
         return 0.0
+
+
+async def handler_supports_recursive_read_only(ctx: PodContext) -> bool:
+    """runtimeClassSupportsRecursiveReadOnlyMounts: the pod's runtime handler says so in CRI
+    Status (a runtime that lists no handlers, as containerd 1.6, supports it for none). Asked
+    only for a container that wants it: no other start pays for the Status call."""
+    try:
+        handler = await handler_of(ctx)
+    except SandboxConfigError:
+        return False
+    found = (await ctx.runtime.capabilities()).handler(handler)
+    return bool(found is not None and found.features is not None and found.features.recursive_read_only_mounts)
 
 
 async def _failed(ctx: PodContext, name: str,

@@ -22,6 +22,7 @@ from pathlib import Path
 MOUNTINFO = Path("/proc/self/mountinfo")
 MS_BIND = 0x1000
 MS_REC = 0x4000
+MS_SHARED = 1 << 20
 MNT_DETACH = 0x2
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
@@ -66,6 +67,27 @@ def is_mount_point(path: Path, table: Path = MOUNTINFO) -> bool:
     return target in _mount_point_names(table)
 
 
+def is_shared(path: Path, table: Path = MOUNTINFO) -> bool:
+    """Whether the mount ``path`` is on (the nearest mount point at or above it) is in a shared
+    peer group: mountinfo's optional fields hold ``shared:N`` (the kubelet's isShared)."""
+    target = str(path.resolve())
+    best, shared = "", False
+    try:
+        lines = table.read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 7 or "-" not in fields[6:]:
+            continue
+        point = _unescape(fields[4])
+        within = target == point or target.startswith(point.rstrip("/") + "/")
+        if within and len(point) >= len(best):
+            best = point
+            shared = any(f.startswith("shared:") for f in fields[6:fields.index("-", 6)])
+    return shared
+
+
 # --- mount(2) --------------------------------------------------------------------------------
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -84,6 +106,23 @@ def bind_fd(fd: int, target: Path) -> None:
         raise OSError(code, f"bind mount onto {target}: {os.strerror(code)}")
 
 
+def make_rshared(path: Path) -> bool:
+    """The kubelet's MakeRShared for its root directory: unless it is on a shared mount already,
+    bind it onto itself and make that mount rshared, so that what a container mounts below it
+    with Bidirectional propagation reaches the host (and the other containers). True when it
+    made the mount; OSError when the kernel refuses."""
+    if is_shared(path):
+        return False
+    target = os.fsencode(path)
+    if _libc.mount(target, target, None, MS_BIND, None) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"bind mount of {path} onto itself: {os.strerror(code)}")
+    if _libc.mount(None, target, None, MS_SHARED | MS_REC, None) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"make {path} rshared: {os.strerror(code)}")
+    return True
+
+
 def detach(target: Path) -> None:
     """umount2(MNT_DETACH): ``target`` and what is mounted below it leave the host's tree at
     once (a container that still holds a copy keeps it). Not mounted: nothing to do."""
@@ -94,4 +133,5 @@ def detach(target: Path) -> None:
         raise OSError(code, f"unmount {target}: {os.strerror(code)}")
 
 
-__all__ = ["MOUNTINFO", "bind_fd", "detach", "is_mount_point", "mount_points", "mounts_under"]
+__all__ = ["MOUNTINFO", "bind_fd", "detach", "is_mount_point", "is_shared", "make_rshared", "mount_points",
+           "mounts_under"]

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from cri import types as t
 from nodeagent.model import Container, VolumeMount
 from nodeagent.volumeutil.mounts import MountConfigError, resolve_recursive_read_only, with_recursive_read_only
-from cri import types as t
 from tests.agent_helpers import pod_manifest, running_agent, wait_for
 
 pytestmark = pytest.mark.anyio

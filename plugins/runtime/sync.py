@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import anyio
@@ -25,6 +26,7 @@ from nodeagent.additions import ContainerAdditions
 from nodeagent.events import ContainerCreated
 from nodeagent.kube.restartpolicy import unstarted_sidecars
 from nodeagent.model import Container
+from nodeagent.mounttable import make_rshared
 from nodeagent.podfacts import STARTUP_PASSED, notes_of
 from nodeagent.runtimeview import ContainerRecord, PodRuntime
 from nodeagent.stages import PodContext, Result
@@ -106,6 +108,18 @@ class Syncer:
     resizer: Resizer | None = None
     image_volumes: Callable[[PodContext, Container], Awaitable[Result | None]] | None = None
     """Ensures the images of the image volumes a container mounts, before it is created."""
+    root_shared: bool = False
+    """The root directory is on a shared mount (made so before the first Bidirectional mount)."""
+
+    async def _share_root(self, ctx: PodContext) -> None:
+        """The kubelet makes its root directory rshared at start (setupDataDirs, MakeRShared);
+        we do it before the first container with a Bidirectional mount needs it, so that an
+        agent that never runs one leaves the host's mount table as it found it. Raises OSError
+        (the container's CreateContainerConfigError)."""
+        if await anyio.to_thread.run_sync(make_rshared, Path(ctx.settings.root_dir)):
+            ctx.log.info("made the root directory an rshared mount, for Bidirectional mount propagation",
+                         root_dir=str(ctx.settings.root_dir))
+        self.root_shared = True
 
     async def sync(self, ctx: PodContext) -> float:
         """One pass; returns how many seconds may pass before the next one is needed."""
@@ -272,6 +286,9 @@ class Syncer:
                 supported = await handler_supports_recursive_read_only(ctx)
                 extra.mounts, made = with_recursive_read_only(container, extra.mounts, supported)
                 notes_of(ctx.facts).recursive_read_only[name] = frozenset(made)
+            if not self.root_shared and any(m.propagation == t.MountPropagation.PROPAGATION_BIDIRECTIONAL
+                                            for m in extra.mounts):
+                await self._share_root(ctx)
             message_file = create_message_file(ctx.pod_dir, name)
         except (VolumeBindError, OSError, ValueError) as exc:
             detail = exc.detail if isinstance(exc, VolumeBindError) else str(exc)

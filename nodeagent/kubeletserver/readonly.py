@@ -28,7 +28,7 @@ from anyio.abc import SocketListener, SocketStream
 from nodeagent.config import AgentConfig
 from nodeagent.kubeletserver import nodestats
 from nodeagent.kubeletserver.server import RequestCounts
-from nodeagent.kubeletserver.wire import BadRequest, Request, StatusRecorder, read_request, respond
+from nodeagent.kubeletserver.wire import Request, StatusRecorder, respond, serve_one
 from nodeagent.listener import ConnectionLimit, Slot, accept_loop
 
 log = structlog.get_logger("nodeagent.kubeletserver.readonly")
@@ -73,13 +73,8 @@ class ReadOnlyServer:
     async def _connection(self, raw: SocketStream, slot: Slot) -> None:
         async with raw:
             client = StatusRecorder(raw)
-            try:
-                try:
-                    with anyio.fail_after(REQUEST_HEAD_TIMEOUT_SECONDS):
-                        request = await read_request(client)
-                except BadRequest as exc:
-                    await respond(client, 400, f"{exc}\n")
-                    return
+
+            async def handle(request: Request) -> None:
                 self.connections.activate(slot)
                 started = time.monotonic()
                 try:
@@ -88,14 +83,9 @@ class ReadOnlyServer:
                     self.requests.add("readonly", request)
                     log.debug("kubelet read-only request", method=request.method, path=request.path,
                               status=client.status, seconds=round(time.monotonic() - started, 3))
-            except (*_GONE, TimeoutError):
-                return
-            except Exception:  # one bad request must not take the listener (and the agent) down
-                log.exception("kubelet read-only request failed")
-                try:
-                    await respond(client, 500, "internal error\n")
-                except _GONE:
-                    pass
+
+            await serve_one(client, handle, head_timeout=REQUEST_HEAD_TIMEOUT_SECONDS, gone=_GONE, log=log,
+                            what="kubelet read-only")
 
     async def _route(self, client: StatusRecorder, request: Request) -> None:
         parts = request.segments()

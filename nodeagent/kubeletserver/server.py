@@ -41,7 +41,7 @@ from nodeagent.config import AgentConfig
 from nodeagent.events import PodRef
 from nodeagent.kubeletserver import authn, authz, containerlogs, nodestats, streams
 from nodeagent.kubeletserver.certs import server_context, serving_pair
-from nodeagent.kubeletserver.wire import BadRequest, Request, StatusRecorder, read_request, respond
+from nodeagent.kubeletserver.wire import Request, StatusRecorder, respond, serve_one
 from nodeagent.lifecycle import PodState
 from nodeagent.listener import MAX_CONNECTIONS, ConnectionLimit, Slot, accept_loop
 from nodeagent.model import Pod
@@ -246,13 +246,8 @@ class KubeletServer:
                 log.debug("TLS handshake failed", error=str(exc) or type(exc).__name__)
                 return
             client = StatusRecorder(tls)
-            try:
-                try:
-                    with anyio.fail_after(REQUEST_HEAD_TIMEOUT_SECONDS):
-                        request = await read_request(client)
-                except BadRequest as exc:
-                    await respond(client, 400, f"{exc}\n")
-                    return
+
+            async def handle(request: Request) -> None:
                 started = time.monotonic()
                 outcome = _Outcome()
                 try:
@@ -263,14 +258,9 @@ class KubeletServer:
                         await self._route(client, raw, passed)
                 finally:
                     self._log_request(request, outcome, client.status, time.monotonic() - started)
-            except (*_GONE, TimeoutError):
-                return
-            except Exception:  # one bad request must not take the listener (and the agent) down
-                log.exception("kubelet API request failed")
-                try:
-                    await respond(client, 500, "internal error\n")
-                except _GONE:
-                    pass
+
+            await serve_one(client, handle, head_timeout=REQUEST_HEAD_TIMEOUT_SECONDS, gone=_GONE, log=log,
+                            what="kubelet API")
 
     async def _authorized(self, client: StatusRecorder, request: Request, peer: Mapping[str, Any] | None,
                           outcome: _Outcome) -> Request | None:

@@ -8,11 +8,12 @@ the head belong to the upgraded protocol (they are kept in ``Request.rest`` for 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import anyio
 from anyio.abc import ByteStream
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -143,6 +144,31 @@ async def respond(stream: ByteStream, status: int, body: bytes | str,
     payload = body.encode() if isinstance(body, str) else body
     headers = [("Content-Type", content_type), ("Content-Length", str(len(payload))), *extra]
     await stream.send(response_head(status, headers) + payload)
+
+
+async def serve_one(client: ByteStream, handle: Callable[[Request], Awaitable[None]], *, head_timeout: float,
+                    gone: tuple[type[Exception], ...], log: Any, what: str) -> None:
+    """One request on ``client``: its head read within ``head_timeout`` (400 when malformed),
+    then ``handle``. A client that goes (``gone``, a timeout) ends it quietly; anything else
+    ``handle`` raises is logged and answered 500: one bad request never takes a listener (and
+    the agent) down."""
+    quiet: tuple[type[Exception], ...] = (*gone, TimeoutError)
+    try:
+        try:
+            with anyio.fail_after(head_timeout):
+                request = await read_request(client)
+        except BadRequest as exc:
+            await respond(client, 400, f"{exc}\n")
+            return
+        await handle(request)
+    except quiet:
+        return
+    except Exception:  # noqa: BLE001 - contained: see above
+        log.exception(f"{what} request failed")
+        try:
+            await respond(client, 500, "internal error\n")
+        except gone:
+            pass
 
 
 class ChunkedBody:

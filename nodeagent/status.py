@@ -73,7 +73,9 @@ class StatusSink(Protocol):
 class FileSink:
     """Standalone mode: one JSON file per pod under ``<rootDir>/pod-status``, so status survives
     the agent and can be read by tools. Written as state files (nodeagent.statefile: atomic,
-    durable, 0600) in a worker thread, since the fsync must not hold the event loop."""
+    0600) in a worker thread, but not durable: the agent never reads them back (a restarted
+    agent computes every status again from the runtime and rewrites the file), so an fsync of
+    the file and its directory at every status change of every pod bought nothing."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -94,7 +96,7 @@ class FileSink:
         # One line (``jq .`` shows it indented): with ``indent`` json falls back from its C
         # encoder to the pure-Python one, ~5x the CPU, paid on every status change of every pod.
         data = json.dumps({"pod": ref.model_dump(), "status": status}, sort_keys=True, separators=(",", ":"))
-        await anyio.to_thread.run_sync(write_atomic, path, data)
+        await anyio.to_thread.run_sync(lambda: write_atomic(path, data, durable=False))
 
     async def forget(self, ref: PodRef) -> None:
         try:

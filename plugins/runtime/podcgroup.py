@@ -252,12 +252,15 @@ async def remove(pod: Pod, settings: NodeConfig | None) -> None:
 
 def _rmdir_tree(d: Path) -> bool:
     """rmdir ``d`` after its child directories, deepest first; False when the kernel refuses
-    (a cgroup holding a process is never removed)."""
-    for child in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        try:
-            os.rmdir(child)
-        except OSError:
-            pass
+    (a cgroup holding a process is never removed). os.walk bottom-up: directory entries' types
+    come with the listing, where rglob and is_dir paid a stat for each of a cgroup's dozens of
+    files, in every hierarchy, at every pod's cleanup."""
+    for parent, children, _files in os.walk(d, topdown=False):
+        for child in children:
+            try:
+                os.rmdir(os.path.join(parent, child))
+            except OSError:
+                pass
     try:
         os.rmdir(d)
     except OSError:

@@ -6,7 +6,7 @@ then the specs (docs/node-e2e.md).
 
 One pytest test per upstream spec, failing with the upstream failure's first line; the report
 stays in the run's directory when anything failed. The suite's ports are fixed (6443 for its API
-server, 10250/10248 where its specs dial the node, nodeagent's own defaults): the file is marked
+server, 10250/10248/10255 where its specs dial the node): the file is marked
 ``serial``, so `make test` runs it alone after the two workers, and a port still taken then fails
 it with what holds it, never skips it.
 """

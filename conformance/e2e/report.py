@@ -291,7 +291,7 @@ def run_lines(label: str, path: Path) -> list[str]:
              *([f"{wall / 60:.1f} min"] if wall else [])]
     lines = [f"- **{label}** ({', '.join(facts)}): {summary}", f"  - command: `{info.get('command', '?')}`"]
     if info.get("node"):
-        lines.append(f"  - node: {info['node']}")
+        lines.append(f"  - node: {' '.join(info['node'].split())}")  # one line: a wrapper script has several
     lines += [f"  - {note}" for note in info.get("notes", [])]
     return lines
 

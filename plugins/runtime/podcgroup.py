@@ -6,12 +6,13 @@ never writes that parent's limits (UpdatePodSandboxResources arrived in containe
 kubelet owns the pod cgroup, and so do we. Every pod gets ``<pods root>/<qos>/pod<uid>``, the
 kubelet's layout: with ``cgroupRoot`` set, the pods root is the kubelet's own,
 ``<cgroupRoot>/kubepods`` (``cgroupRoot: /`` gives ``/kubepods/burstable/pod<uid>``, what the
-kubelet makes and what monitoring and the node e2e specs look for); without it, ``/nodeagent-pods``
-(a root of our own, so that a kubelet left on a test host never mistakes our pods for its
-orphans and kills them: its cleanupOrphanedPodCgroups walks ``/kubepods``). Before the sandbox runs, the cpu and
-memory directories are made and given the pod's values: shares from the pod's CPU requests, a
-CFS quota from its CPU limit and a memory limit, where the pod-level ``spec.resources`` win
-over the sum of the containers. A resize rewrites them (resize.py); cleanup removes the
+kubelet makes and what monitoring and the node e2e specs look for); without it,
+``/nodeagent-pods`` (a root of our own, so that a kubelet left on a test host never mistakes our
+pods for its orphans and kills them: its cleanupOrphanedPodCgroups walks ``/kubepods``). The QoS
+tiers are made at start and sized as the kubelet's QoS container manager sizes them
+(:func:`ensure_qos_tiers`). Before the sandbox runs, the cpu and memory directories are made
+and given the pod's values: shares from the pod's CPU requests, a CFS quota from its CPU limit
+and a memory limit, where the pod-level ``spec.resources`` win over the sum of the containers. A resize rewrites them (resize.py); cleanup removes the
 directories once no container is left in them, and a periodic sweep removes those of pods the
 agent no longer runs (:func:`sweep`).
 """

@@ -12,9 +12,9 @@ pods for its orphans and kills them: its cleanupOrphanedPodCgroups walks ``/kube
 tiers are made at start and sized as the kubelet's QoS container manager sizes them
 (:func:`ensure_qos_tiers`). Before the sandbox runs, the cpu and memory directories are made
 and given the pod's values: shares from the pod's CPU requests, a CFS quota from its CPU limit
-and a memory limit, where the pod-level ``spec.resources`` win over the sum of the containers. A resize rewrites them (resize.py); cleanup removes the
-directories once no container is left in them, and a periodic sweep removes those of pods the
-agent no longer runs (:func:`sweep`).
+and a memory limit, where the pod-level ``spec.resources`` win over the sum of the containers.
+A resize rewrites them (resize.py); cleanup removes the directories once no container is left
+in them, and a periodic sweep removes those of pods the agent no longer runs (:func:`sweep`).
 """
 
 from __future__ import annotations

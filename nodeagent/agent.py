@@ -55,6 +55,7 @@ from nodeagent.stats import Usage, UsageCollector, volume_stats_metrics
 from nodeagent.status import FileSink, StatusSink, StatusWriter
 from nodeagent.supervisor import Supervisor
 from nodeagent.trace import Trace
+from nodeagent.volumesinuse import ReportedVolumes
 from nodeagent.worker import Services
 
 if TYPE_CHECKING:
@@ -171,6 +172,9 @@ class Handle:
     def node_event(self, type: Literal["Normal", "Warning"], reason: str, message: str) -> None:
         self._ops().node_event(type, reason, message)
 
+    def volume_reported_in_use(self, unique_name: str) -> bool:
+        return self._ops().volume_reported_in_use(unique_name)
+
     def provide_reclaim(self, kind: ReclaimKind, reclaim: Callable[[], Awaitable[int]]) -> None:
         self._ops().provide_reclaim(kind, reclaim)
 
@@ -224,11 +228,14 @@ class Agent:
         """What the node and its pods use, sampled on the housekeeping period (nodeagent.stats)."""
         self.conditions = NodeConditions()
         """Node conditions node-level managers report (eviction's pressures, shutdown's Ready)."""
+        reported_volumes = ReportedVolumes() if self.api is not None else None
+        """Cluster mode: what the Node's volumesInUse carries (an attachable volume is mounted
+        only once listed there); standalone there is no attach-detach controller to tell."""
         # Cluster mode: Node, Lease, API pod source, API status sink, mirror pods, Events.
         self.cluster = (ClusterMode(self.api, config, self.node, self.runtime, self.relister, self.bus, self.clock,
                                     kubelet_port=lambda: getattr(self.kubelet_server, "port", None) or kubelet.port,
                                     volumes_in_use=self._volumes_in_use,
-                                    conditions=self.conditions)
+                                    conditions=self.conditions, reported_volumes=reported_volumes)
                         if self.api is not None else None)
         sinks: list[StatusSink] = [FileSink(config.root_dir / "pod-status")]
         if self.cluster is not None:
@@ -237,7 +244,8 @@ class Agent:
         self.objects: ApiObjects | FileObjects = ApiObjects(self.api, self.clock) if self.api is not None \
             else FileObjects()
         self.node_ops = NodeOps(self.status, self.conditions, self.stats,
-                                node_event=self.cluster.events.record_node if self.cluster is not None else None)
+                                node_event=self.cluster.events.record_node if self.cluster is not None else None,
+                                reported_volumes=reported_volumes)
         if certificates is not None and certificates.manager is not None:
             certificates.manager.api = lambda: self.api  # renewals go through the node's own client
         self.serving: CertificateManager | None = None

@@ -1,7 +1,8 @@
 """The node-wide services of the plugin handle (the second group of
 nodeagent.stages.AgentHandle): what node-level managers (eviction, GC, shutdown) may read and
 do — the latest usage sample, a snapshot of the agent's pods, evicting a pod through its worker,
-Node conditions and Events, and node-level reclaim offered by one stage to another.
+Node conditions and Events, whether the Node reports a volume in use, and node-level reclaim
+offered by one stage to another.
 
 The composition root builds one and attaches the dispatcher once it exists; plugins only see
 it through their handle, so none needs a client, the status writer or a worker of its own.
@@ -19,6 +20,7 @@ from nodeagent.nodeconditions import NodeConditions
 from nodeagent.stages import Condition, PodSnapshot, ReclaimKind
 from nodeagent.stats import Usage, UsageCollector
 from nodeagent.status import StatusWriter
+from nodeagent.volumesinuse import ReportedVolumes
 from nodeagent.worker import Eviction
 
 if TYPE_CHECKING:
@@ -31,8 +33,9 @@ NodeEventSink = Callable[[str, str, str], None]
 
 class NodeOps:
     def __init__(self, status: StatusWriter, conditions: NodeConditions, stats: UsageCollector | None = None,
-                 node_event: NodeEventSink | None = None) -> None:
+                 node_event: NodeEventSink | None = None, reported_volumes: ReportedVolumes | None = None) -> None:
         self._status = status
+        self._reported_volumes = reported_volumes
         self.conditions = conditions
         self.stats = stats
         self._node_event = node_event
@@ -81,6 +84,14 @@ class NodeOps:
         (log.warning if type == "Warning" else log.info)("node event", reason=reason, message=message)
         if self._node_event is not None:
             self._node_event(type, reason, message)
+
+    def volume_reported_in_use(self, unique_name: str) -> bool:
+        if self._reported_volumes is None:
+            return True  # standalone: no Node, no attach-detach controller to tell
+        if self._reported_volumes.has(unique_name):
+            return True
+        self._reported_volumes.request()
+        return False
 
     # --- reclaim ----------------------------------------------------------------------------
 

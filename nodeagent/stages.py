@@ -545,6 +545,12 @@ class AgentHandle(Protocol):
     def node_event(self, type: Literal["Normal", "Warning"], reason: str, message: str) -> None:
         """An Event about the Node (cluster mode; logged in both modes)."""
 
+    def volume_reported_in_use(self, unique_name: str) -> bool:
+        """Whether a successful Node status write listed the volume (``kubernetes.io/csi/
+        <driver>^<handle>``) in volumesInUse, which a volume needing attach must be before it is
+        mounted (nodeagent.volumesinuse); if not, a write is asked for at once. The name must be
+        among what the stage's ``volumes_in_use()`` reports. Standalone: always True."""
+
     def provide_reclaim(self, kind: ReclaimKind, reclaim: Callable[[], Awaitable[int]]) -> None:
         """Offer a node-level reclaim (returns bytes freed), for :meth:`reclaim`."""
 

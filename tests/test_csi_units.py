@@ -53,9 +53,18 @@ class _Handle:
     node: Any = NODE
     runtime: Any = None
     events: list[Any] = field(default_factory=list)
+    reported_in_use: set[str] | None = None
+    """The volumes a Node status write listed in volumesInUse; None: every volume."""
+    report_requests: list[str] = field(default_factory=list)
 
     async def publish(self, event: Any) -> None:
         self.events.append(event)
+
+    def volume_reported_in_use(self, unique_name: str) -> bool:
+        if self.reported_in_use is None or unique_name in self.reported_in_use:
+            return True
+        self.report_requests.append(unique_name)
+        return False
 
 
 class _NoSandboxes:
@@ -347,6 +356,36 @@ async def test_attach_required_waits_for_the_volume_attachment_and_uses_its_meta
         assert result.message.endswith('MountVolume.WaitForAttach failed for volume "pv-data" : no such disk')
         env.objects.put(VOLUME_ATTACHMENT, {**attachment, "status": {"attached": True,
                                                                      "attachmentMetadata": {"device": "/dev/x"}}})
+        assert (await stage.prepare(ctx)).verdict is Verdict.CONTINUE
+        await stage.unprepare(ctx)
+
+
+async def test_an_attachable_volume_waits_until_the_node_reports_it_in_use(base: Path) -> None:
+    """Attached is not enough: a volume the Node does not list in volumesInUse may be
+    detached by the attach-detach controller at any moment, so it is not mounted until a status
+    write listed it (the kubelet's VerifyControllerAttachedVolume), and that write is asked for."""
+    async with serving(base) as env:
+        env.handle.reported_in_use = set()
+        stage = env.stage()
+        await register(env, stage)
+        env.objects.put(CSI_DRIVER, csidriver(attachRequired=True))
+        _, pv = provision(env, "data")
+        handle = pv["spec"]["csi"]["volumeHandle"]
+        name = attachment_name(handle, DRIVER, NODE.name)
+        env.objects.put(VOLUME_ATTACHMENT, {
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": name},
+            "spec": {"attacher": DRIVER, "nodeName": NODE.name, "source": {"persistentVolumeName": "pv-data"}},
+            "status": {"attached": True}})
+        ctx = env.context(pod("web", "u1", [pvc_volume("data", "data")]))
+        unique = f"kubernetes.io/csi/{DRIVER}^{handle}"
+        result = await stage.prepare(ctx)
+        assert result.verdict is Verdict.RETRY
+        assert ("unattached volumes=[data], failed to process volumes=[]: Volume has not been added to the list "
+                "of VolumesInUse in the node's volume status for volume \"pv-data\"") in result.message
+        assert env.handle.report_requests and set(env.handle.report_requests) == {unique}
+        assert stage.volumes_in_use() == [unique]  # what the next status write carries
+        assert env.driver.count("NodePublishVolume") == 0
+        env.handle.reported_in_use = {unique}
         assert (await stage.prepare(ctx)).verdict is Verdict.CONTINUE
         await stage.unprepare(ctx)
 

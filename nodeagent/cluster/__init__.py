@@ -33,6 +33,7 @@ from nodeagent.nodeconditions import NodeConditions
 from nodeagent.pleg import Relister
 from nodeagent.stages import NodeInfo
 from nodeagent.supervisor import Supervisor
+from nodeagent.volumesinuse import ReportedVolumes
 
 EVENT_QPS = 50.0  # the kubelet's eventRecordQPS
 EVENT_BURST = 100  # eventBurst
@@ -42,7 +43,8 @@ class ClusterMode:
     def __init__(self, api: Any, config: AgentConfig, node: NodeInfo, runtime: RuntimeClient,
                  relister: Relister, bus: Bus, clock: Clock, kubelet_port: Callable[[], int] | None = None,
                  volumes_in_use: Callable[[], list[str]] | None = None,
-                 conditions: NodeConditions | None = None) -> None:
+                 conditions: NodeConditions | None = None,
+                 reported_volumes: ReportedVolumes | None = None) -> None:
         self.api = api
         self._bus = bus
         # One budget for pod status, deletions and mirror pods, as the kubelet's client has.
@@ -55,7 +57,8 @@ class ClusterMode:
                                  burst=kubelet.event_burst or EVENT_BURST, clock=clock)
         self.node = NodeStatus(api, config, node, runtime,
                                lambda: (relister.healthy, relister.last_relist), clock, self.events.record_node,
-                               kubelet_port=kubelet_port, volumes_in_use=volumes_in_use, conditions=conditions)
+                               kubelet_port=kubelet_port, volumes_in_use=volumes_in_use, conditions=conditions,
+                               reported_volumes=reported_volumes)
         self.lease = NodeLease(api, node.name, kubelet.node_lease_duration_seconds, lambda: self.node.uid, clock)
         self.mirrors = MirrorPods(api, node.name, self.limiter, lambda: self.node.uid, clock,
                                   on_mirror_changed=lambda: self.status_sink.wake())

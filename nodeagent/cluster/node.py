@@ -47,6 +47,8 @@ from nodeagent.config import AgentConfig
 from nodeagent.nodeconditions import NodeConditions
 from nodeagent.stages import Condition, NodeInfo
 from nodeagent.status import rfc3339
+from nodeagent.volumesinuse import ReportedVolumes
+from nodeagent.waits import first_of
 
 log = structlog.get_logger("nodeagent.cluster.node")
 
@@ -180,7 +182,8 @@ class NodeStatus:
                  relister_health: Callable[[], tuple[bool, float]], clock: Clock | None = None,
                  record_event: Callable[[str, str, str], None] | None = None,
                  kubelet_port: Callable[[], int] | None = None, conditions: NodeConditions | None = None,
-                 volumes_in_use: Callable[[], list[str]] | None = None) -> None:
+                 volumes_in_use: Callable[[], list[str]] | None = None,
+                 reported_volumes: ReportedVolumes | None = None) -> None:
         self._api = api
         self._config = config
         self._node = node
@@ -196,6 +199,9 @@ class NodeStatus:
         self._volumes_in_use = volumes_in_use or (lambda: [])
         """status.volumesInUse: the attachable volumes the node's pods want or have mounted (the
         attach-detach controller detaches none of them)."""
+        self._reported_volumes = reported_volumes or ReportedVolumes()
+        """What the last successful write carried in volumesInUse; a stage waiting for a
+        volume to be reported asks it for a write now."""
         self.uid: str | None = None
         self.registered = anyio.Event()
         self._runtime_version = ""
@@ -229,12 +235,16 @@ class NodeStatus:
                     await self._await_first_relist()
                 await self.update()
                 delay = RETRY_INITIAL_SECONDS
-                # A reported condition (pressure, shutdown) is written at once.
-                await self._conditions.wait_changed(self._kubelet.node_status_update_frequency)
+                await self._wait_for_change(self._kubelet.node_status_update_frequency)
             except Exception as exc:  # noqa: BLE001 - the API server is away: retry, keep the node running
                 log.warning("node status not written; retrying", error=describe(exc), retry_in=delay)
                 await self._clock.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS, self._kubelet.node_status_update_frequency)
+
+    async def _wait_for_change(self, timeout: float) -> None:
+        """Until the status period passed, a condition (pressure, shutdown) was reported, or a
+        volume waits to be listed in volumesInUse: those two are written at once."""
+        await first_of(self._conditions.wait_changed(timeout), self._reported_volumes.wait_requested())
 
     async def _await_first_relist(self) -> None:
         """A restarted agent whose Node is Ready waits with its first status, at most
@@ -294,6 +304,7 @@ class NodeStatus:
 
     async def update(self) -> None:
         """Write the status if it changed or is due; re-register a Node that was deleted."""
+        self._reported_volumes.take_request()
         status = await self.compute()
         now = self._clock.monotonic()
         if status == self._reported and now - self._reported_at < self._kubelet.node_status_report_frequency:
@@ -307,6 +318,7 @@ class NodeStatus:
                 self.uid = None
             raise
         self._events(status)
+        self._reported_volumes.mark(status["volumesInUse"])
         self._reported, self._reported_at = status, now
         self.writes += 1
 

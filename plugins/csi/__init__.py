@@ -14,7 +14,9 @@ for each such volume a container mounts or maps:
    bound to it; a ``csi`` PV or inline volume is mounted by its driver, a ``local`` or
    ``hostPath`` PV is a node directory bound in directly;
 2. for a CSI PV whose CSIDriver says ``attachRequired`` (the default, and when there is no
-   CSIDriver), wait for the VolumeAttachment the attach-detach controller makes to be attached
+   CSIDriver), wait until a Node status write has listed it in volumesInUse (the handle asks for
+   that write at once; until then the attach-detach controller may detach it,
+   nodeagent.volumesinuse), then for the VolumeAttachment the controller makes to be attached
    (its ``attachmentMetadata`` is the publish context);
 3. NodeStageVolume once per volume on the node (when the driver has STAGE_UNSTAGE_VOLUME),
    NodePublishVolume per pod, at the kubelet's paths (plugins/csi/layout.py); Block volumes
@@ -363,6 +365,11 @@ class CsiStage(Prepare, Observe):
                 continue
             try:
                 ready[volume.name] = await self._set_up(ctx, info, spec)
+            except _NotReportedInUse:
+                # The words of the kubelet's VerifyControllerAttachedVolume.
+                problems.unattached[volume.name] = (
+                    "Volume has not been added to the list of VolumesInUse in the node's volume status "
+                    f'for volume "{spec.spec_name}"')
             except _Unattached as exc:
                 problems.unattached[volume.name] = (
                     f'MountVolume.WaitForAttach failed for volume "{spec.spec_name}" : {exc}')
@@ -387,6 +394,8 @@ class CsiStage(Prepare, Observe):
         csidriver = self._csidriver(spec.driver)
         publish_context: Mapping[str, str] = {}
         if spec.lifecycle == "Persistent" and _attach_required(csidriver):
+            if not self._handle.volume_reported_in_use(unique_name(spec.driver, spec.handle)):
+                raise _NotReportedInUse()
             publish_context = await self._attached(ctx, spec)
         stage_secrets = await _secrets(ctx.objects, spec.stage_secret, "NodeStageSecretRef",
                                        "MapVolume.SetUpDevice" if spec.block else "MountVolume.MountDevice")
@@ -500,6 +509,11 @@ class CsiStage(Prepare, Observe):
 
 class _Unattached(Exception):
     """The VolumeAttachment is missing or not attached yet."""
+
+
+class _NotReportedInUse(Exception):
+    """No Node status write has listed the volume in volumesInUse yet: until one has, the
+    attach-detach controller may detach it (nodeagent.volumesinuse)."""
 
 
 def _attach_required(csidriver: Mapping[str, Any] | None) -> bool:

@@ -1,11 +1,12 @@
 """Which attachable volumes the Node's status has told the API server are in use.
 
-The attach-detach controller never detaches a volume that node.status.volumesInUse lists,
-and it reads nothing else from the node before detaching. So, as the kubelet's reconciler does
-(VerifyControllerAttachedVolume: "Volume has not been added to the list of VolumesInUse in the
-node's volume status"), a volume that needs attaching is mounted only after a Node status write
-carrying its name has succeeded: otherwise a pod deleted and recreated, or a controller
-resyncing, could detach it under a mount in progress.
+The attach-detach controller detaches a volume no pod on the node wants any more at once unless
+node.status.volumesInUse lists it (then it waits for the node to drop it, or for its 6-minute
+maxWaitForUnmountDuration). So, as the kubelet's reconciler does (VerifyControllerAttachedVolume:
+"Volume has not been added to the list of VolumesInUse in the node's volume status"), a volume
+that needs attaching is mounted only after a Node status write carrying its name has succeeded:
+otherwise a pod deleted while its volume is being mounted could have the volume detached under
+the mount.
 
 One store: the Node status writer (nodeagent.cluster.node) records what each successful
 write carried and is woken by :meth:`ReportedVolumes.request`, so that a new volume waits one

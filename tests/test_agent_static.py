@@ -278,6 +278,23 @@ async def test_admission_rejects_with_kubelet_reason(containerd: Any, tmp_path: 
         assert len(sandboxes) == 2  # nothing was set up for rejected pods
 
 
+async def test_an_image_pull_back_off_says_why_the_pull_failed(containerd: Any, tmp_path: Path) -> None:
+    """As the kubelet's image manager (prevPullErrMsg): in ImagePullBackOff the waiting message
+    carries the failed pull's reason and message, not only that the pod backs off."""
+    image = "registry.invalid/nothing:1"
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("stuck.yaml", pod_manifest("stuck", container={"image": image}))
+
+        async def backing_off() -> dict[str, Any] | None:
+            cs = (env.status_of("stuck").get("containerStatuses") or [{}])[0]
+            waiting = cs.get("state", {}).get("waiting", {})
+            return waiting if waiting.get("reason") == "ImagePullBackOff" else None
+
+        waiting = await wait_for(backing_off, what="ImagePullBackOff")
+        prefix = f'Back-off pulling image "{image}": ErrImagePull: Failed to pull image "{image}": '
+        assert waiting["message"].startswith(prefix) and len(waiting["message"]) > len(prefix), waiting
+
+
 async def test_deletion_during_setup_cancels_it_and_tears_down(containerd: Any, tmp_path: Path) -> None:
     async with running_agent(containerd, tmp_path) as env:
         # The image cannot be pulled, so setup is stuck retrying in prepare when we delete it.

@@ -13,7 +13,7 @@ never follows failed credentials.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cri import CriError
 from cri import types as t
@@ -38,6 +38,9 @@ class ImagePuller:
     node_keyring: NodeKeyring | None = None
     records: PullRecords | None = None
     """Which credentials pulled each image (plugins/runtime/pullrecords.py); None: never verified."""
+    _last_error: dict[str, str] = field(default_factory=dict)
+    """Pod UID + image → the failed pull's reason and message, which the back-off message
+    carries (the kubelet's prevPullErrMsg: the pod shows why it backs off, not only that it does)."""
 
     @classmethod
     def new(cls, node_keyring: NodeKeyring | None = None, records: PullRecords | None = None) -> ImagePuller:
@@ -80,8 +83,11 @@ class ImagePuller:
         wait = self.backoff.remaining(key, self._last_failure.get(key, now), now)
         if wait > 0:
             message = f'Back-off pulling image "{image}"'
+            if key in self._last_error:
+                message = f"{message}: {self._last_error[key]}"
             waiting("ImagePullBackOff", message)
             return "", Result.retry("ImagePullBackOff", message, retry_after=wait)
+        self._last_error.pop(key, None)  # a new pull: its outcome is what counts now
         credentials = await secrets.get()
         node = await self.node_keyring.get() if self.node_keyring is not None else Keyring()
         try:
@@ -90,6 +96,7 @@ class ImagePuller:
             self._last_failure[key] = now
             self.backoff.next(key, now)
             message = f'Failed to pull image "{image}": {exc}'
+            self._last_error[key] = f"ErrImagePull: {message}"
             waiting("ErrImagePull", message)
             ctx.log.warning("image pull failed", image=image, error=str(exc))
             if credentials.missing:

@@ -340,8 +340,9 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         self._ledger.release(ctx.ref.uid)
         await anyio.to_thread.run_sync(self._userns.release, ctx.ref.uid)  # no sandbox holds its IDs now
         if self._pod_cgroups:
-            await podcgroup.remove(ctx.pod, ctx.settings)
+            # The tier first: once the pod's cgroup is gone, nothing of it is left in the sizes.
             await self._size_tiers()
+            await podcgroup.remove(ctx.pod, ctx.settings)
         logs = hostpaths.pod_log_dir(self._logs, ctx.ref.namespace, ctx.ref.name, ctx.ref.uid)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(logs, ignore_errors=True))
         await anyio.to_thread.run_sync(_remove_pod_dir, ctx)

@@ -537,6 +537,14 @@ def parse_metrics(text: str) -> dict[tuple[str, str], float]:
     return out
 
 
+def cri_calls(after: dict[tuple[str, str], float], before: dict[tuple[str, str], float]) -> dict[str, int]:
+    """CRI calls made between two scrapes, by operation (kubelet_runtime_operations_total)."""
+    name = "kubelet_runtime_operations_total"
+    calls = {lbl.split('"')[1]: int(v - before.get((metric, lbl), 0.0))
+             for (metric, lbl), v in after.items() if metric == name and lbl.startswith('operation_type="')}
+    return {op: n for op, n in sorted(calls.items(), key=lambda kv: -kv[1]) if n}
+
+
 def histogram(samples: dict[tuple[str, str], float], name: str, labels: str = "") -> dict[str, Any]:
     """A histogram's count, sum and cumulative buckets (upper bound -> count)."""
     sep = "," if labels else ""
@@ -699,6 +707,8 @@ async def run_agent(rt: Runtime, workdir: Path, n: int, grace: int, profile: Pat
         "relist_start": hist_summary(histogram(after_start, relist), histogram(before, relist)),
         "relist_teardown": hist_summary(histogram(after_teardown, relist), histogram(after_start, relist)),
         "pod_start_hist": hist_summary(histogram(after_start, "kubelet_pod_start_duration_seconds")),
+        "cri_calls_start": cri_calls(after_start, before),
+        "cri_calls_teardown": cri_calls(after_teardown, after_start),
         "stage_sums": {lbl: v for (metric, lbl), v in after_teardown.items()
                        if metric == "nodeagent_stage_duration_seconds_sum"},
         "breakdown": breakdown(traces, written, t0_wall, seen, removed_wall),

@@ -458,7 +458,8 @@ async def test_the_api_server_down_for_30s_during_the_barrier_never_starts_the_g
     started = c.check_all_or_nothing(members)
     print(f"after the outage the gang {'started whole' if started else 'was released whole'}")
     if not started:
-        assert all(c.pods[m].reason in ("GangAborted", "GangAdmissionTimeout") for m in members)
+        assert all(c.pods[m].reason in ("GangAborted", "GangAdmissionTimeout") for m in members), \
+            {m: (c.pods[m].reason, c.pods[m].message) for m in members}
     await c.delete_gang(gang)
     await _released(c, members)
     for node in c.nodes:

@@ -269,6 +269,24 @@ async def test_failed_credentials_give_every_answer_and_no_anonymous_pull() -> N
     assert PASSWORD not in ctx.everything_said()
 
 
+async def test_a_pods_pull_back_off_and_last_error_go_when_the_puller_forgets_the_pod() -> None:
+    pod = _pull_pod("localhost:5000/pause:testing", "first")
+    ctx = PullContext(pod, FakeApi(**SECRETS), FakeRuntime(accept={"nobody"}))
+    puller = ImagePuller.new()
+    container = pod.spec.containers[0]
+    assert (await puller.ensure(ctx, container))[1].reason == "ErrImagePull"  # type: ignore[arg-type, union-attr]
+    assert (await puller.ensure(ctx, container))[1].reason == "ImagePullBackOff"  # type: ignore[arg-type, union-attr]
+    puller.forget("some-other-uid")
+    assert (await puller.ensure(ctx, container))[1].reason == "ImagePullBackOff"  # type: ignore[arg-type, union-attr]
+    puller.forget(pod.uid)
+    assert not puller._last_failure and not puller._last_error and not puller.backoff.current(
+        f"{pod.uid}_{container.image}")
+    # Nothing of the failed pull is held against the pod any more: the next call pulls again.
+    pulls = len(ctx.runtime.pulls)
+    assert (await puller.ensure(ctx, container))[1].reason == "ErrImagePull"  # type: ignore[arg-type, union-attr]
+    assert len(ctx.runtime.pulls) > pulls
+
+
 async def test_no_matching_credential_pulls_anonymously() -> None:
     ctx = PullContext(_pull_pod("registry.k8s.io/pause:3.10", "first", "opaque"), FakeApi(**SECRETS),
                       FakeRuntime(accept={None}))

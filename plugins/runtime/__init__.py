@@ -111,13 +111,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         task_status.started()
         if not self._pod_cgroups:
             return  # no pod cgroups: none can be orphaned
-        try:
-            async with self._tier_lock:
-                milli = self._ledger.burstable_cpu_milli()
-                await anyio.to_thread.run_sync(podcgroup.ensure_qos_tiers, self._pods_root, milli)
-                self._tier_milli = milli
-        except OSError as exc:
-            log.warning("cannot make the QoS cgroups", root=self._pods_root, error=str(exc))
+        await self._size_tiers(create=True)
         while True:
             await anyio.sleep(ORPHAN_SWEEP_SECONDS)
             await self._size_tiers()  # a resize changes a pod's requests without a start or stop
@@ -246,20 +240,23 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         state.pod_applied = pod.spec.resources
         await self._size_tiers()
 
-    async def _size_tiers(self) -> None:
+    async def _size_tiers(self, *, create: bool = False) -> None:
         """The Burstable tier sized by the Burstable pods' requests, written only when that
         changed (a BestEffort or Guaranteed pod costs nothing here); serialised, so that the
-        last write holds the ledger's latest sum."""
+        last write holds the ledger's latest sum. ``create`` (at start) makes the QoS tiers
+        first, whatever was written before."""
         if not self._pod_cgroups:
             return
         async with self._tier_lock:
             milli = self._ledger.burstable_cpu_milli()
-            if milli == self._tier_milli:
+            if milli == self._tier_milli and not create:
                 return
+            write = podcgroup.ensure_qos_tiers if create else podcgroup.size_burstable_tier
             try:
-                await anyio.to_thread.run_sync(podcgroup.size_burstable_tier, self._pods_root, milli)
+                await anyio.to_thread.run_sync(write, self._pods_root, milli)
             except OSError as exc:
-                log.warning("cannot size the Burstable QoS cgroup", root=self._pods_root, error=str(exc))
+                log.warning("cannot make the QoS cgroups" if create else "cannot size the Burstable QoS cgroup",
+                            root=self._pods_root, error=str(exc))
                 self._tier_milli = None
                 return
             self._tier_milli = milli
@@ -338,6 +335,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             await ctx.publish(SandboxRemoved(sandbox_id=sandbox.id))
         ctx.stash.pop(SANDBOX)
         self._ledger.release(ctx.ref.uid)
+        self._images.forget(ctx.ref.uid)
         await anyio.to_thread.run_sync(self._userns.release, ctx.ref.uid)  # no sandbox holds its IDs now
         if self._pod_cgroups:
             # The tier first: once the pod's cgroup is gone, nothing of it is left in the sizes.

@@ -110,6 +110,15 @@ class ImagePuller:
         await ctx.publish(ImagePulled(image=image, image_ref=ref, already_present=False))
         return ref, None
 
+    def forget(self, uid: str) -> None:
+        """The pod is gone: its pulls' back-off entries and last errors go with it (without
+        this, every pod that ever failed a pull would stay here for the agent's lifetime)."""
+        prefix = f"{uid}_"
+        for key in [k for k in (*self._last_failure, *self._last_error) if k.startswith(prefix)]:
+            self._last_failure.pop(key, None)
+            self._last_error.pop(key, None)
+            self.backoff.reset(key)
+
     async def _recorded_pull(self, ctx: PodContext, image: str, credentials: PullCredentials,
                              node: Keyring) -> tuple[str, Credential | None]:
         """``_pull``, between an intent and its outcome in the pull records (a pull cut short,

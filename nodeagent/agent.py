@@ -7,6 +7,7 @@ outlives the agent and a failure anywhere is seen here.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -626,9 +627,20 @@ async def run_forever(config: AgentConfig, verbose: bool = False) -> None:
         await anyio.sleep(seconds)
         _exit_stuck(config.root_dir, why)
 
+    async def freeze_what_startup_made() -> None:
+        # What the agent made before it was ready (modules, classes, the pipeline, the
+        # configuration) lives as long as the process. Moved out of the collector's
+        # generations, it is no longer walked by every full collection while pods start and
+        # stop (GC took ~14 % of the agent's time at 110 pods). Only here, in the agent's own
+        # process: a test process running many agents would keep whatever it froze.
+        await agent.ready.wait()
+        gc.collect()
+        gc.freeze()
+
     async with anyio.create_task_group() as tg:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) as signals:
             tg.start_soon(run_agent)
+            tg.start_soon(freeze_what_startup_made)
             async for signum in signals:
                 name = signal.Signals(signum).name
                 if signum == signal.SIGUSR1:

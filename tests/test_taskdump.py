@@ -85,7 +85,7 @@ STUCK_AGENT = textwrap.dedent('''
 
     class HangsOnStop:
         def __init__(self, config, verbose=False, certificates=None):
-            pass
+            self.ready = anyio.Event()  # never set: it never gets ready either
 
         async def run(self):
             with anyio.CancelScope(shield=True):

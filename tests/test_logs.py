@@ -403,6 +403,52 @@ def test_rotation_keeps_max_files_compresses_older_and_drops_leftovers(tmp_path:
     assert rotation.rotated_name(log, time.mktime((2006, 1, 2, 15, 4, 5, 0, 0, -1))).name == "0.log.20060102-150405"
 
 
+async def test_the_links_are_made_again_only_when_the_wanted_ones_change(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The symlink directory holds every pod's links: a pod's runtime change that wants the
+    links it already has (probes, status writes) must not scan it again; a link whose log file
+    was missing, or a new container, must."""
+    from types import SimpleNamespace
+
+    from plugins.logs import LogsStage
+
+    stage = LogsStage(tmp_path / "pods", tmp_path / "links", 10 << 20, 5, 10.0)
+    ref = SimpleNamespace(name="web", namespace="default", uid="u1")
+    log_dir = stage._log_dir(SimpleNamespace(ref=ref))  # type: ignore[arg-type]
+    log_dir.mkdir(parents=True)
+    first = SimpleNamespace(name="main", id="c1", log_path=str(log_dir / "main" / "0.log"))
+    second = SimpleNamespace(name="main", id="c2", log_path=str(log_dir / "main" / "1.log"))
+    observed = SimpleNamespace(containers=[first])
+    scans: list[list[str]] = []
+    real = symlink.reconcile
+
+    def counting(*args: Any) -> Any:
+        scans.append(sorted(args[3]))
+        return real(*args)
+
+    monkeypatch.setattr(symlink, "reconcile", counting)
+    wakes = iter([
+        lambda: Path(first.log_path).parent.mkdir() or Path(first.log_path).touch(),  # the runtime wrote it
+        lambda: None, lambda: None,  # changes that want the same links
+        lambda: (observed.containers.append(second), Path(second.log_path).touch()),  # a restart
+    ])
+
+    class Done(Exception):
+        pass
+
+    async def runtime_changed(timeout: float | None = None) -> None:
+        await anyio.lowlevel.checkpoint()
+        next(wakes, lambda: (_ for _ in ()).throw(Done()))()
+
+    ctx = SimpleNamespace(ref=ref, observed=observed, log=SimpleNamespace(debug=lambda *a, **k: None), runtime_changed=runtime_changed)
+    with pytest.raises(Done):
+        await stage._keep_links(ctx)  # type: ignore[arg-type]
+    one, two = (symlink.link_name("web", "default", "main", c) for c in ("c1", "c2"))
+    # Made while the log file was missing, again once it was there, then not until the restart.
+    assert scans == [[one], [one], [one, two]], scans
+    assert sorted(os.listdir(tmp_path / "links")) == [one, two]
+
+
 def test_symlink_name_is_truncated_like_the_kubelets() -> None:
     cid = "c" * 64
     assert symlink.link_name("web", "default", "main", cid) == f"web_default_main-{cid}.log"

@@ -14,6 +14,7 @@ Reading the logs is ``nodeagent logs`` (:mod:`nodeagent.logreader`), which needs
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -54,15 +55,24 @@ class LogsStage(Observe, Cleanup):
     async def _keep_links(self, ctx: PodContext) -> None:
         prefix = symlink.pod_prefix(ctx.ref.name, ctx.ref.namespace)
         log_dir = self._log_dir(ctx)
+        # The links last made in full: a runtime change that wants the same ones costs no scan
+        # of the directory, which holds every pod's links (a scan per change per pod grew with
+        # the node's pod count). A link removed by hand comes back at the next resync.
+        settled: dict[str, str] | None = None
+        resync_at = 0.0
         while True:
             wanted = {
                 symlink.link_name(ctx.ref.name, ctx.ref.namespace, c.name, c.id): c.log_path
                 for c in ctx.observed.containers if c.log_path
             }
-            created, removed = await anyio.to_thread.run_sync(
-                symlink.reconcile, self._links, prefix, log_dir, wanted)
-            if created or removed:
-                ctx.log.debug("container log symlinks", created=created, removed=removed)
+            now = time.monotonic()
+            if wanted != settled or now >= resync_at:
+                created, removed, complete = await anyio.to_thread.run_sync(
+                    symlink.reconcile, self._links, prefix, log_dir, wanted)
+                if created or removed:
+                    ctx.log.debug("container log symlinks", created=created, removed=removed)
+                settled = wanted if complete else None
+                resync_at = now + LINK_RESYNC_SECONDS
             await ctx.runtime_changed(timeout=LINK_RESYNC_SECONDS)
 
     async def _keep_rotating(self, ctx: PodContext) -> None:

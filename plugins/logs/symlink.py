@@ -48,16 +48,19 @@ def links_into(directory: Path, prefix: str, target_dir: Path) -> dict[str, str]
     return found
 
 
-def reconcile(directory: Path, prefix: str, target_dir: Path, wanted: Mapping[str, str]) -> tuple[list[str], list[str]]:
+def reconcile(directory: Path, prefix: str, target_dir: Path,
+              wanted: Mapping[str, str]) -> tuple[list[str], list[str], bool]:
     """Make the pod's links in ``directory`` exactly ``wanted`` (name → log file). A link is
     made only when its log file exists, as the kubelet does (no dangling links). Returns the
-    names created and removed."""
+    names created and removed, and whether every wanted link is in place now (False while a
+    log file is still missing)."""
     have = links_into(directory, prefix, target_dir)
     created, removed = [], []
     for name in sorted(set(have) - set(wanted)):
         _unlink(directory / name)
         removed.append(name)
-    missing = [(n, t) for n, t in sorted(wanted.items()) if have.get(n) != t and os.path.exists(t)]
+    absent = [(n, t) for n, t in sorted(wanted.items()) if have.get(n) != t]
+    missing = [(n, t) for n, t in absent if os.path.exists(t)]
     if missing:
         directory.mkdir(parents=True, exist_ok=True)
     for name, target in missing:
@@ -65,7 +68,7 @@ def reconcile(directory: Path, prefix: str, target_dir: Path, wanted: Mapping[st
         _unlink(link)
         os.symlink(target, link)
         created.append(name)
-    return created, removed
+    return created, removed, len(missing) == len(absent)
 
 
 def remove_all(directory: Path, prefix: str, target_dir: Path) -> Iterable[str]:

@@ -317,6 +317,8 @@ class ApiVolumesStage(Prepare, Observe):
         # Found on disk and in the mount table, not remembered: this may be a restarted agent.
         for plugin in (CONFIG_MAP, SECRET, PROJECTED):
             directory = ctx.pod_dir / hostpaths.VOLUMES / plugin
+            if not directory.exists():
+                continue  # never made (most pods have no volume of the kind): nothing mounted, nothing to remove
             left = await unmount_under(directory)
             if left:
                 ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])

@@ -146,6 +146,8 @@ class VolumesStage(Prepare, Observe):
         kept = False
         for plugin in (sources.EMPTY_DIR, sources.DOWNWARD_API):
             directory = ctx.pod_dir / hostpaths.VOLUMES / plugin
+            if not directory.exists():
+                continue  # never made (most pods have no volume of the kind): nothing mounted, nothing to remove
             left = await unmount_under(directory)
             if left:
                 # Never delete into a mount: its contents are not ours to remove.

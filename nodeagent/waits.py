@@ -21,8 +21,13 @@ async def first_of(*waits: Awaitable[object]) -> int:
                 winner.append(index)
                 tg.cancel_scope.cancel()
 
-        for index, wait in enumerate(waits):
+        for index, wait in enumerate(waits[1:], start=1):
             tg.start_soon(run, index, wait)
+        # The first wait in this task, inside the group's scope (a task fewer per call: the
+        # stages wait this way at every change of every pod). Another finishing first cancels
+        # it with the group; the group's exit absorbs that cancellation, not the caller's.
+        if waits:
+            await run(0, waits[0])
     return winner[0] if winner else -1
 
 

@@ -32,6 +32,7 @@ from nodeagent.pipeline import Answer, PhaseRunner, RetryBudget
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline
 from nodeagent.runtimeview import PodRuntime
+from nodeagent.slots import PrioritySlots, Turn
 from nodeagent.stages import (
     ACTIVE_STATES,
     Cleanup,
@@ -104,14 +105,11 @@ class Services:
     objects: ObjectStore = field(default_factory=FileObjects)
     """The agent's object store (nodeagent.objects); stages reach it as ``ctx.objects``
     (standalone and in tests without an API: the manifest-backed store, empty)."""
-    setup_slots: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(SETUP_CONCURRENCY))
-    """Pods in prepare at once. The runtime serialises much of the work anyway; with every pod
-    in flight each one finishes near the end of a burst, so a bound roughly halves the median
-    start latency of 110 pods (benchmarks/RESULTS.md) without slowing the last."""
-    start_slots: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(SETUP_CONCURRENCY))
-    """Pods in start at once: slots of their own, so that a prepared pod starts at once rather
-    than queueing behind every pod still waiting to prepare (one shared limiter put each start
-    at the back of that queue: at 110 pods, Starting → Running took 10 s p50)."""
+    setup_slots: PrioritySlots = field(default_factory=lambda: PrioritySlots(SETUP_CONCURRENCY))
+    """Pods in prepare or start at once, a prepared pod's start served before the next pod's
+    prepare (nodeagent/slots.py). The runtime serialises much of the work anyway; with every
+    pod in flight each one finishes near the end of a burst, so a bound roughly halves the
+    median start latency of 110 pods (benchmarks/RESULTS.md) without slowing the last."""
     observe_stage_time: Callable[[str, str, float], None] = lambda stage, phase, seconds: None
     observe_pod_start: Callable[[float], None] = lambda seconds: None
     runner: PhaseRunner = field(init=False)
@@ -458,7 +456,7 @@ class PodWorker:
     async def _create_ahead(self) -> None:
         """Each start stage's create_ahead (nodeagent.stages.Start): best-effort, as its
         contract says; ``start`` makes whatever this did not."""
-        async with self.services.setup_slots:
+        async with self.services.setup_slots.hold(Turn.THEN):
             for stage in self.services.pipeline[Phase.START]:
                 if not isinstance(stage, Start):
                     continue
@@ -499,8 +497,7 @@ class PodWorker:
             return getattr(stage, phase.value)(StageContext(self, stage.name))  # type: ignore[no-any-return]
 
         if phase in (Phase.PREPARE, Phase.START):
-            slots = self.services.setup_slots if phase is Phase.PREPARE else self.services.start_slots
-            async with slots:
+            async with self.services.setup_slots.hold(Turn.THEN if phase is Phase.PREPARE else Turn.FIRST):
                 return await self.services.runner.run(phase, call, budget=self.budget, report=self._answered)
         return await self.services.runner.run(phase, call, budget=self.budget, report=self._answered)
 

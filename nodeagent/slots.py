@@ -2,11 +2,11 @@
 the pods in prepare or start at once, with a prepared pod's start served before the next pod's
 prepare.
 
-Why not two limiters, or one FIFO limiter: with one FIFO limiter for both phases a prepared
+Why not one FIFO limiter, or one per phase: with one FIFO limiter for both phases a prepared
 pod's start queued behind every pod still waiting to prepare (at 110 pods, Starting → Running
-took 10 s p50); with a limiter per phase twice as many pods were in the runtime at once, and
-the agent spent ~1.1x the CPU per pod start at 30 pods (benchmarks/RESULTS.md, 2026-12-04).
-Here the bound stays one number and a start never waits behind a prepare.
+took 10 s p50); with a limiter per phase up to twice as many pods were in the runtime at once,
+for no faster start (benchmarks/RESULTS.md, 2026-12-04). Here the bound stays one number and a
+start never waits behind a prepare.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ volumes), sized as the kubelet sizes them (setupTmpfs, calculateEmptyDirMemorySi
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import anyio
@@ -61,4 +62,17 @@ async def unmount_under(directory: Path) -> list[Path]:
     return mounts_under(directory) if mounted else []
 
 
-__all__ = ["MountError", "mount_tmpfs", "tmpfs_size", "unmount", "unmount_under"]
+async def remove_unmounted(directory: Path) -> list[Path]:
+    """Unmount everything under a pod's volume directory, then remove it; the mounts that
+    stayed, and then nothing is removed (never delete into a mount: its contents are not ours).
+    A directory that was never made costs nothing: most pods have no volume of a given kind,
+    and each mount-table read renders the node's whole table."""
+    if not directory.exists():
+        return []
+    left = await unmount_under(directory)
+    if not left:
+        await anyio.to_thread.run_sync(lambda: shutil.rmtree(directory, ignore_errors=True))
+    return left
+
+
+__all__ = ["MountError", "mount_tmpfs", "remove_unmounted", "tmpfs_size", "unmount", "unmount_under"]

@@ -28,7 +28,6 @@ Configuration (section ``apivolumes``): ``resyncSeconds`` (60), ``tokenRefreshFr
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -54,7 +53,7 @@ from nodeagent.volumeutil import SetupError
 from nodeagent.volumeutil.atomicwriter import DATA_DIR, write_atomically
 from nodeagent.volumeutil.mounts import MountConfigError, PreparedVolume, container_mounts
 from nodeagent.volumeutil.ownership import fs_group_of
-from nodeagent.volumeutil.tmpfs import MountError, mount_tmpfs, tmpfs_size, unmount_under
+from nodeagent.volumeutil.tmpfs import MountError, mount_tmpfs, remove_unmounted, tmpfs_size
 from plugins.apivolumes.envsources import resolve_env, uses_api
 from plugins.apivolumes.payload import (
     CONFIG_MAP,
@@ -316,14 +315,9 @@ class ApiVolumesStage(Prepare, Observe):
     async def unprepare(self, ctx: PodContext) -> None:
         # Found on disk and in the mount table, not remembered: this may be a restarted agent.
         for plugin in (CONFIG_MAP, SECRET, PROJECTED):
-            directory = ctx.pod_dir / hostpaths.VOLUMES / plugin
-            if not directory.exists():
-                continue  # never made (most pods have no volume of the kind): nothing mounted, nothing to remove
-            left = await unmount_under(directory)
+            left = await remove_unmounted(ctx.pod_dir / hostpaths.VOLUMES / plugin)
             if left:
                 ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])
-                continue
-            await anyio.to_thread.run_sync(_remove_tree, directory)
         ctx.additions.withdraw()
         ctx.stash.pop(TOKENS)
 
@@ -343,10 +337,6 @@ def _standalone_refusal(pod: Any) -> Result | None:
                                                     "secrets, which need the API server, and this node runs "
                                                     "standalone: it would run without them")
     return None
-
-
-def _remove_tree(directory: Path) -> None:
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def plugin(config: Settings, handle: AgentHandle) -> ApiVolumesStage:

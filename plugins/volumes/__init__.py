@@ -18,7 +18,6 @@ as unhonoured fields by the model; mounts of them are skipped.
 from __future__ import annotations
 
 import functools
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
@@ -37,7 +36,7 @@ from nodeagent.volumeutil import SetupError
 from nodeagent.volumeutil.atomicwriter import write_atomically
 from nodeagent.volumeutil.mounts import MountConfigError, PreparedVolume, container_mounts
 from nodeagent.volumeutil.ownership import fs_group_of, set_volume_ownership
-from nodeagent.volumeutil.tmpfs import MountError, unmount_under
+from nodeagent.volumeutil.tmpfs import MountError, remove_unmounted
 from plugins.volumes import sources
 
 FAILED_MOUNT = "FailedMount"
@@ -145,16 +144,10 @@ class VolumesStage(Prepare, Observe):
         # their stages' to undo, through their drivers.
         kept = False
         for plugin in (sources.EMPTY_DIR, sources.DOWNWARD_API):
-            directory = ctx.pod_dir / hostpaths.VOLUMES / plugin
-            if not directory.exists():
-                continue  # never made (most pods have no volume of the kind): nothing mounted, nothing to remove
-            left = await unmount_under(directory)
+            left = await remove_unmounted(ctx.pod_dir / hostpaths.VOLUMES / plugin)
             if left:
-                # Never delete into a mount: its contents are not ours to remove.
                 ctx.log.warning("volumes still mounted; directories kept", mounts=[str(p) for p in left])
                 kept = True
-                continue
-            await anyio.to_thread.run_sync(lambda d=directory: shutil.rmtree(d, ignore_errors=True))
         if not kept:
             ctx.additions.withdraw()
 

@@ -74,7 +74,25 @@ class _FreezesAfterListing:
         if not self.frozen:
             self.frozen = True
             os.kill(self.pid, signal.SIGSTOP)
+            await self._wait_stopped()
         return await self.inner.container_status(container_id)
+
+    async def _wait_stopped(self) -> None:
+        # kill() returns once the stop is queued, not once every thread has stopped; seen once in
+        # CI: containerd answered the ContainerStatus sent right after it. The call goes out only
+        # when the kernel reports every thread of the daemon stopped (state T).
+        def states() -> set[str]:
+            seen = set()
+            for stat in Path(f"/proc/{self.pid}/task").glob("*/stat"):
+                try:
+                    seen.add(stat.read_text().rpartition(")")[2].split()[0])
+                except OSError:
+                    continue  # a thread that exited meanwhile
+            return seen
+
+        with anyio.fail_after(5):
+            while states() != {"T"}:
+                await anyio.sleep(0.005)
 
     def thaw(self) -> None:
         if self.frozen:

@@ -52,7 +52,7 @@ from nodeagent.stages import (
 from nodeagent.stash import StashKey
 from nodeagent.volumebind import unbind_pod
 from nodeagent.waits import first_of
-from plugins.runtime import imagevolumes, podcgroup
+from plugins.runtime import imagevolumes, podcgroup, seen
 from plugins.runtime.images import ImagePuller
 from plugins.runtime.nodekeyring import NodeKeyring
 from plugins.runtime.pullrecords import PullRecords
@@ -263,8 +263,8 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
 
     @staticmethod
     async def _sandbox_ip(ctx: PodContext, sandbox_id: str) -> str:
-        status = await ctx.runtime.pod_sandbox_status(sandbox_id)
-        return status.network.ip if status.network else ""
+        ips = await seen.sandbox_ips(ctx, sandbox_id)
+        return ips[0] if ips else ""
 
     @staticmethod
     def _pod_ip_of(ctx: PodContext) -> str:

@@ -31,7 +31,7 @@ from nodeagent.kube.resources import (
 from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.model import Container, Pod
 from nodeagent.stages import NodeInfo, PodContext
-from plugins.runtime import hosts, security
+from plugins.runtime import hosts, security, seen
 
 __all__ = ["CPU_PERIOD_US", "MIN_QUOTA_US", "MIN_SHARES", "ContainerConfigError", "container_config",
            "container_hash", "linux_resources", "pod_facts", "runtime_inputs"]
@@ -65,13 +65,12 @@ def pod_facts(pod: Pod, pod_ip: str = "", pod_ips: Sequence[str] = (), node: Nod
 
 
 async def runtime_inputs(ctx: PodContext, sandbox_id: str, image_ref: str) -> dict[str, Any]:
-    """The keyword inputs of :func:`container_config` that come from the runtime and the agent,
-    read the way the kubelet reads them before each container start: the sandbox's IPs
-    (PodSandboxStatus) and the image's user (ImageStatus)."""
-    status = await ctx.runtime.pod_sandbox_status(sandbox_id)
-    ips = [status.network.ip, *(a.ip for a in status.network.additional_ips)] if status.network else []
-    image = await ctx.runtime.image_status(image_ref) if image_ref else None
-    return {"pod_ips": [ip for ip in ips if ip], "node": ctx.node, "image": image, "settings": ctx.settings}
+    """The keyword inputs of :func:`container_config` that come from the runtime and the agent:
+    the sandbox's IPs (PodSandboxStatus) and the image's user (ImageStatus), each read once
+    (plugins/runtime/seen.py)."""
+    ips = await seen.sandbox_ips(ctx, sandbox_id)
+    image = await seen.image(ctx, image_ref) if image_ref else None
+    return {"pod_ips": list(ips), "node": ctx.node, "image": image, "settings": ctx.settings}
 
 
 def _hosts_mount(pod: Pod, facts: PodFacts, settings: NodeConfig | None,

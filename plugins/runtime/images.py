@@ -20,6 +20,7 @@ from cri import types as t
 from nodeagent.events import ImagePulled
 from nodeagent.model import Container
 from nodeagent.stages import PodContext, Result
+from plugins.runtime import seen
 from plugins.runtime.backoff import Backoff
 from plugins.runtime.events import PullSecretsUnavailable
 from plugins.runtime.keyring import Credential, Keyring
@@ -70,6 +71,7 @@ class ImagePuller:
             return "", Result.retry("ErrImageNeverPull", never_pull, retry_after=IMAGE_BACKOFF_INITIAL)
         if policy in ("Never", "IfNotPresent") and present is not None:
             if not await self._must_pull(image, present.id, secrets):
+                seen.note_image(ctx, present)
                 await ctx.publish(ImagePulled(image=image, image_ref=present.id, already_present=True))
                 return present.id, None
             ctx.log.info("image present but pulled with credentials this pod lacks; pulling with the pod's",

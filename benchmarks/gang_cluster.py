@@ -561,6 +561,24 @@ class GangCluster:
                 return False
         return True
 
+    def describe(self, pods: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Where each pod stands as the API last showed it: its node (None: not bound yet), phase
+        and reason, its vote and record conditions: what a timeout message needs to say which
+        step never came."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in pods:
+            m = self.pods.get(name)
+            if m is None:
+                out[name] = {"seen": False}
+                continue
+            status = m.pod.get("status") or {}
+            out[name] = {"node": m.node or None, "phase": status.get("phase"),
+                         "reason": status.get("reason") or None,
+                         "vote": {k: m.vote.get(k) for k in ("status", "reason", "message")} if m.vote else None,
+                         "record": {k: m.record.get(k) for k in ("status", "reason")} if m.record else None,
+                         "conditions": {c["type"]: c["status"] for c in status.get("conditions") or []}}
+        return out
+
     def held(self) -> dict[str, Any]:
         """What is still held on each node: sandboxes, prepared claims, checkpoint entries."""
         return {n.name: {"sandboxes": sorted(n.sandboxes[s][0] for s in n.live), "prepared": sorted(n.prepared),

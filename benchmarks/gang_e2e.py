@@ -77,10 +77,11 @@ async def gang_run(c: GangCluster, nodes: int, gang: bool) -> dict[str, float]:
         # The CPU of the start window (the commit record → the last start): taken when this
         # process sees the record, which is when the agents see it (one watch, ±10 ms).
         await until(lambda: _all(lambda: any(c.pods[m].record.get("status") == "True" for m in members)), 180,
-                    "the commit record", interval=0.01)
+                    lambda: f"the commit record: {c.describe(members)}", interval=0.01)
         shims = cpushare.shims_of(n.runtime.endpoint for n in c.nodes)
         window = cpushare.snapshot(cpu_classes(c, shims), with_children=["runtimes"])
-    await until(lambda: _all(lambda: len(c.started(members)) == nodes), 180, "every member's container started")
+    await until(lambda: _all(lambda: len(c.started(members)) == nodes), 180,
+                lambda: f"every member's container started: {c.describe(members)}; held: {c.held()}")
     cpu: dict[str, float] = {}
     if window is not None:
         after = cpushare.snapshot(cpu_classes(c, shims), with_children=["runtimes"])

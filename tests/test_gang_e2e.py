@@ -44,12 +44,17 @@ pytestmark = pytest.mark.anyio
 NODES = 2
 GPUS = 2
 TIMEOUT = 8
+"""The gang's bound hold (the gang stage's timeoutSeconds; graceSeconds is 5) in the tests that
+inject a failure and wait for the hold to release the healthy members."""
+STEADY_TIMEOUT = 60
+"""The hold in the tests whose gang must start (``@pytest.mark.gang_hold(STEADY_TIMEOUT)``):
+generous, so that a machine loaded by the other worker (a Go build of e2e.test in CI takes both
+cores for minutes) cannot time out a gang whose members prepare 8 s apart."""
 WIDE_NODES = 8
 WIDE_GPUS = 1
 """The 8-node test: one fake GPU per node (CI's two cores run 8 agents and 8 containerds)."""
 WIDE_TIMEOUT = 60
 """Its gang's bound hold: generous, the happy path must not time out on a loaded machine."""
-"""The gang's bound hold (the gang stage's timeoutSeconds; graceSeconds is 5)."""
 BARRIER = os.environ.get("NODEAGENT_GANG_E2E_BARRIER", "1") != "0"
 """NODEAGENT_GANG_E2E_BARRIER=0 runs the agents without the gang stage: each test must fail then."""
 
@@ -68,9 +73,11 @@ def runtimes(request: pytest.FixtureRequest) -> Iterator[list[Containerd]]:
 @pytest.fixture
 async def cluster(control_plane: ControlPlane, runtimes: list[Containerd],
                   request: pytest.FixtureRequest) -> AsyncIterator[GangCluster]:
+    hold = request.node.get_closest_marker("gang_hold")
     # Unix socket paths must stay under 108 bytes: pytest's tmp_path can be longer.
     workdir = Path(tempfile.mkdtemp(prefix="ge2e-", dir="/tmp"))
-    async with gang_cluster(control_plane, runtimes, GPUS, workdir, {"timeoutSeconds": TIMEOUT},
+    async with gang_cluster(control_plane, runtimes, GPUS, workdir,
+                            {"timeoutSeconds": hold.args[0] if hold else TIMEOUT},
                             barrier=BARRIER) as c:
         yield c
     if request.session.testsfailed == 0:
@@ -189,6 +196,7 @@ async def test_eight_nodes_the_scheduler_places_a_gang_of_eight_and_all_start_to
     assert not c.violations, c.violations
 
 
+@pytest.mark.gang_hold(STEADY_TIMEOUT)
 async def test_the_scheduler_places_the_gang_and_every_node_starts_its_members_together(
         cluster: GangCluster) -> None:
     c = cluster
@@ -361,6 +369,7 @@ async def test_an_agent_sigkilled_at_the_barrier_never_starts_the_gang_partially
     assert not c.violations, c.violations
 
 
+@pytest.mark.gang_hold(STEADY_TIMEOUT)
 async def test_a_member_deleted_after_the_gang_started_leaves_the_others_running(cluster: GangCluster) -> None:
     """(d) Our policy (docs/GANG.md): the barrier is about starting. Once a gang committed, a
     member that goes (deleted, its node lost) changes nothing for the others: they keep running,
@@ -486,6 +495,7 @@ async def test_the_benchmarks_start_floor_starts_one_container_per_runtime_at_on
             assert await client.list_containers() == [], env.endpoint
 
 
+@pytest.mark.gang_hold(STEADY_TIMEOUT)
 async def test_the_benchmarks_gang_run_splits_its_start_window_into_who_had_the_cpu(cluster: GangCluster) -> None:
     """benchmarks/gang_e2e.py's gang run on the real cluster: besides the timings, the CPU each
     class of process used between the commit record and the last start (benchmarks/cpushare.py),

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, overload
 
@@ -91,6 +91,31 @@ def grpc_target(endpoint: str) -> str:
 def _serialize(message: Message) -> bytes:
     data: bytes = message.SerializeToString()
     return data
+
+
+def _summary(message: api.ContainerEventResponse, whose: bool) -> t.ContainerEventSummary:
+    """An event read as far as its container, type and time, and (``whose``) the identity of
+    its sandbox (see container_events)."""
+    identity = None
+    if whose and message.HasField("pod_sandbox_status"):
+        sandbox = message.pod_sandbox_status
+        identity = t.PodSandboxIdentity(id=sandbox.id, metadata=from_proto(sandbox.metadata, t.PodSandboxMetadata),
+                                        labels=dict(sandbox.labels))
+    return t.ContainerEventSummary(container_id=message.container_id, created_at=message.created_at,
+                                   container_event_type=t.ContainerEventType(message.container_event_type),
+                                   pod_sandbox_status=identity)
+
+
+def _with_statuses(message: api.ContainerEventResponse) -> t.ContainerEvent:
+    """An event read with the sandbox's whole status and of the containers' only the one it
+    names (none when it names the sandbox itself); see container_events."""
+    sandbox = from_proto(message.pod_sandbox_status, t.PodSandboxStatus) if message.HasField("pod_sandbox_status") \
+        else None
+    return t.ContainerEvent(
+        container_id=message.container_id, created_at=message.created_at,
+        container_event_type=t.ContainerEventType(message.container_event_type), pod_sandbox_status=sandbox,
+        containers_statuses=[from_proto(s, t.ContainerStatus) for s in message.containers_statuses
+                             if s.id == message.container_id])
 
 
 def _image_spec(image: str | t.ImageSpec) -> api.ImageSpec:
@@ -475,9 +500,14 @@ class RuntimeClient:
     @overload
     def container_events(self, summary: Literal[False] = False) -> AsyncGenerator[t.ContainerEvent, None]: ...
     @overload
-    def container_events(self, summary: Literal[True]) -> AsyncGenerator[t.ContainerEventSummary, None]: ...
+    def container_events(self, summary: Literal[True], *,
+                         whose: Collection[t.ContainerEventType] | None = None,
+                         statuses: Collection[t.ContainerEventType] = ()
+                         ) -> AsyncGenerator[t.ContainerEventSummary | t.ContainerEvent, None]: ...
 
-    async def container_events(self, summary: bool = False
+    async def container_events(self, summary: bool = False, *,
+                               whose: Collection[t.ContainerEventType] | None = None,
+                               statuses: Collection[t.ContainerEventType] = ()
                                ) -> AsyncGenerator[t.ContainerEvent | t.ContainerEventSummary, None]:
         """Container lifecycle events as the runtime reports them, until the stream
         ends or the caller stops iterating (aclose() it, or use contextlib.aclosing,
@@ -485,15 +515,24 @@ class RuntimeClient:
         after a broken stream, as the kubelet's Evented PLEG does). containerd 1.6
         raises Unimplemented on the first iteration. With summary, each event is read
         only as far as saying which container and whose sandbox (the statuses it
-        carries are skipped)."""
-        cls: type[t.ContainerEvent | t.ContainerEventSummary] = (
-            t.ContainerEventSummary if summary else t.ContainerEvent)
+        carries are skipped); ``whose``: only events of these types say whose sandbox,
+        the others come with their container, type and time alone (reading the sandbox's
+        labels out of every creation and start was a relister's largest cost per event);
+        ``statuses``: events of these types come whole instead (ContainerEvent), with the
+        sandbox's status and, of the containers', only the named one's (containerd reads every
+        container of the sandbox into each event)."""
         stub = self._stub("GetContainerEvents", api.ContainerEventResponse, stream=True)
         call = stub(api.GetEventsRequest(), timeout=None, wait_for_ready=False)
         try:
             async with self._boundary("GetContainerEvents"):
                 async for message in call:
-                    yield from_proto(message, cls)
+                    if summary and message.container_event_type in statuses:
+                        yield _with_statuses(message)
+                        continue
+                    if summary:
+                        yield _summary(message, whose is None or message.container_event_type in whose)
+                        continue
+                    yield from_proto(message, t.ContainerEvent)
         finally:
             call.cancel()
 

@@ -385,6 +385,36 @@ async def test_container_event_summaries_say_whose_sandbox(client: RuntimeClient
     assert first.pod_sandbox_status.labels["io.kubernetes.pod.uid"] == config.metadata.uid
 
 
+async def test_container_event_summaries_read_the_sandbox_only_for_the_types_asked(
+        client: RuntimeClient, pods: Pods) -> None:
+    """``whose``: the relister reads whose sandbox an event is about only for exits and removals;
+    a creation comes with its container, type and time, and no sandbox identity read."""
+    assert client.runtime_version is not None
+    if client.runtime_version.runtime_version.startswith("1.6"):
+        pytest.skip("containerd 1.6 has no GetContainerEvents")
+    sandbox_id, config = await pods.sandbox()
+    stopped = t.ContainerEventType.CONTAINER_STOPPED_EVENT
+    got: list[t.ContainerEventSummary] = []
+
+    async def read() -> None:
+        async for event in client.container_events(summary=True, whose={stopped}):
+            got.append(event)
+
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            await anyio.sleep(1)  # the stream is open before the container comes
+            container_id = await pods.container(sandbox_id, config, "true")
+            while not any(e.container_id == container_id and e.container_event_type == stopped for e in got):
+                await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+    seen = {e.container_event_type: e for e in got if e.container_id == container_id}
+    created = seen[t.ContainerEventType.CONTAINER_CREATED_EVENT]
+    assert created.pod_sandbox_status is None and created.created_at > 0
+    assert seen[stopped].pod_sandbox_status is not None
+    assert seen[stopped].pod_sandbox_status.id == sandbox_id
+
+
 # ------------------------------------------------------------------ errors
 
 

@@ -258,7 +258,7 @@ class FakePodContext:
         else:
             await first_of(self._runtime_changed.wait(), self.clock.sleep(timeout))
 
-    def request_relist(self) -> None:
+    def request_relist(self, expect: tuple[str, Literal["created", "running"]] | None = None) -> None:
         self.relists += 1
 
     async def publish(self, event: Event) -> None:

@@ -11,6 +11,17 @@ of up to a second; the periodic relist stays as the safety net. A stream that br
 with back-off (0.5 s doubling to 30 s) while the periodic relist carries on; a runtime without
 the stream (containerd 1.6: Unimplemented) is relisted periodically only, said once.
 
+Taken from the event (the kubelet's evented PLEG builds the pod's status from its events the
+same way): a container's creation or start is the runtime stage's own doing, and on an evented
+runtime the stage says what it expects to see (``request_relist(uid, expect=(id, state))``)
+instead of asking for a listing. The event of that creation or start carries the container's
+status, which the relister puts in the pod's record as it comes; once every expectation of the
+pod is met the record counts as fresh (``seen_at``), without a call to the runtime. An
+expectation no event meets within EXPECT_GRACE_SECONDS, or one made while a relist of the pod is
+pending anyway, relists the pod. Records only move forward (created, running, exited): a listing
+that began before an event the cache holds does not take the container back, nor drop one an
+event added after the listing began.
+
 Per pod (the kubelet's on-demand relist, PLEGOnDemandRelist): an event, or a stage that just
 changed its pod's runtime state, relists only the pod concerned, as the kubelet's GetPodStatus
 reads one pod: ListPodSandbox and ListContainers filtered by the pod's UID label. The pod's
@@ -26,6 +37,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Literal
 
 import anyio
 import structlog
@@ -52,10 +64,17 @@ more relist (a sandbox being stopped, a mass teardown: many events, two relists)
 STREAM_TRUSTED_AFTER_SECONDS = 1.0
 INSPECT_CONCURRENCY = 8
 RELIST_ON = frozenset({t.ContainerEventType.CONTAINER_STOPPED_EVENT, t.ContainerEventType.CONTAINER_DELETED_EVENT})
-"""The events that relist their pod. A creation or a start is a stage's own doing, and the stage
-relists its pod when it acts (``PodContext.request_relist``); relisting at the event as well
-listed every pod twice per step. An exit, or a removal (the garbage collector, an operator), is
-news to the agent. (The 1.37 kubelet relists on CONTAINER_STOPPED_EVENT only.)"""
+"""The events that relist their pod: an exit, or a removal (the garbage collector, an operator),
+is news to the agent. A creation or a start is a stage's own doing, which its event shows
+(APPLY_ON). (The 1.37 kubelet relists on CONTAINER_STOPPED_EVENT only.)"""
+APPLY_ON = frozenset({t.ContainerEventType.CONTAINER_CREATED_EVENT, t.ContainerEventType.CONTAINER_STARTED_EVENT})
+"""The events whose container status goes into the pod's record as it comes (see the module
+docstring); they relist nothing."""
+EXPECT_GRACE_SECONDS = 0.25
+"""How long an expectation waits for its event before its pod is relisted instead (the event
+comes within milliseconds of the call; this only bounds a lost one)."""
+_PROGRESS = {"created": 0, "running": 1, "exited": 2}
+"""A container's states in the order it goes through them; "unknown" is none of them."""
 PODS_PER_POD_RELIST = 10
 """Relisting one pod costs the agent about what a node-wide relist costs per 10 pods (measured
 on containerd 2.4 with one container per pod: 1.0 ms CPU for one pod against 2.4 ms for the
@@ -111,7 +130,16 @@ class Relister:
         self._stream_events = 0
         self._settling = False
         self._settle_group: anyio.abc.TaskGroup | None = None
+        self._expected: dict[str, dict[str, str]] = {}
+        """Per pod: container id -> the state a stage expects its event to show."""
+        self._expect_until: dict[str, float] = {}
+        """Per pod: when its expectations give way to a relist (monotonic)."""
+        self._applied: dict[str, float] = {}
+        """Containers an event put in the cache: container id -> when (wall time). A listing that
+        began before keeps them; one that began after judges them like any other."""
         self.events_seen = 0
+        self.events_applied = 0
+        """Creations and starts taken from the event stream into the cache."""
         self.pod_relists = 0
         """Pods relisted on their own (each counts once per pod listed)."""
 
@@ -128,14 +156,59 @@ class Relister:
         with anyio.move_on_after(timeout):
             await event.wait()
 
-    def request_relist(self, uid: str | None = None) -> None:
+    def request_relist(self, uid: str | None = None,
+                       expect: tuple[str, Literal["created", "running"]] | None = None) -> None:
         """Relist now rather than at the next tick (after a stage changed something): only the
-        pod ``uid``, or the whole node."""
+        pod ``uid``, or the whole node. ``expect``: (container id, "created" or "running"), what
+        the stage's change was; on an evented runtime the container's event shows it instead
+        of a listing (see the module docstring)."""
+        if uid and expect is not None and self.evented and not self._relist_pending(uid):
+            container_id, state = expect
+            self._expected.setdefault(uid, {})[container_id] = state
+            self._expect_until.setdefault(uid, time.monotonic() + EXPECT_GRACE_SECONDS)
+            if not self._met(uid):
+                self._poke.set()  # the loop's wait now ends at this expectation's deadline too
+            return
         if uid:
             self._want_pods.add(uid)
         else:
             self._want_full = True
         self._poke.set()
+
+    def _relist_pending(self, uid: str) -> bool:
+        return self._want_full or self._burst_full or uid in self._want_pods or uid in self._burst_pods
+
+    def _met(self, uid: str) -> bool:
+        """If the cache shows every expectation of the pod (and no relist of it is pending),
+        the pod's record counts as fresh now: True."""
+        expected = self._expected.get(uid)
+        if not expected:
+            return False
+        for container_id, state in expected.items():
+            record = self._containers.get(container_id)
+            if record is None or _PROGRESS.get(record.state, -1) < _PROGRESS[state]:
+                return False
+        del self._expected[uid], self._expect_until[uid]
+        pod = self._pods.get(uid)
+        if self._relist_pending(uid) or pod is None:
+            self._want_pods.add(uid)  # a relist of the pod is due anyway: let it show the rest
+            self._poke.set()
+            return True
+        self._pods[uid] = replace(pod, seen_at=max(time.time(), pod.seen_at))
+        self._wake(uid)
+        return True
+
+    def _expire_expectations(self) -> None:
+        """Expectations past their deadline: their pods are relisted."""
+        now = time.monotonic()
+        for uid, until in list(self._expect_until.items()):
+            if until <= now:
+                del self._expected[uid], self._expect_until[uid]
+                self._want_pods.add(uid)
+
+    def _wake(self, uid: str) -> None:
+        if uid and uid in self._changed:
+            self._changed.pop(uid).set()
 
     @property
     def evented(self) -> bool:
@@ -164,6 +237,7 @@ class Relister:
         started = False
         while True:
             self._poke = anyio.Event()  # pokes from now on ask for the listing after this one
+            self._expire_expectations()
             # The node-wide relist keeps its own period: relisting single pods does not put it
             # off (while pods come and go, events would otherwise postpone it for good).
             if (not started or self._want_full or time.monotonic() - self._full_at >= self.period
@@ -178,7 +252,8 @@ class Relister:
             if not started:
                 started = True
                 task_status.started()
-            with anyio.move_on_after(max(0.0, self._full_at + self.period - time.monotonic())):
+            wake_at = min([self._full_at + self.period, *self._expect_until.values()])
+            with anyio.move_on_after(max(0.0, wake_at - time.monotonic())):
                 await self._poke.wait()
 
     def _relist_for_event(self, uid: str | None) -> None:
@@ -239,7 +314,7 @@ class Relister:
         while True:
             was_evented = False
             try:
-                stream = self._runtime.container_events(summary=True)
+                stream = self._runtime.container_events(summary=True, whose=RELIST_ON, statuses=APPLY_ON)
                 self._stream_since, self._stream_events = time.monotonic(), 0
                 try:
                     async for event in stream:
@@ -248,6 +323,9 @@ class Relister:
                         backoff.reset()
                         self._stream_events += 1
                         self.events_seen += 1
+                        if isinstance(event, t.ContainerEvent):
+                            await self._apply(event)
+                            continue
                         if event.container_event_type not in RELIST_ON:
                             continue
                         uid = self._event_pod(event)
@@ -269,6 +347,34 @@ class Relister:
                 log.warning("container event stream broken; relisting every second meanwhile", error=problem)
                 self.request_relist()
             await anyio.sleep(backoff.next())
+
+    async def _apply(self, event: t.ContainerEvent) -> None:
+        """A creation or start as the event shows it: the named container's record in its pod's,
+        when the cache knows the pod and the sandbox and the event is news; then the pod's
+        expectations. A pod or sandbox the cache does not know yet is a relist's to show."""
+        sandbox = event.pod_sandbox_status
+        if sandbox is None or not event.containers_statuses or sandbox.labels.get(L.MANAGED_BY) != self._node:
+            return
+        uid = sandbox.metadata.uid
+        pod = self._pods.get(uid)
+        if pod is None or not any(sb.id == sandbox.id for sb in pod.sandboxes):
+            return
+        status = event.containers_statuses[0]
+        record = _record(status, uid, sandbox.id, "unknown")
+        old = self._containers.get(status.id)
+        events: list[Event] = []
+        if _PROGRESS.get(record.state, -1) > (_PROGRESS.get(old.state, -1) if old is not None else -1):
+            self.events_applied += 1
+            self._containers[status.id] = record
+            self._applied[status.id] = time.time()
+            kept = tuple(c for c in pod.containers if c.id != status.id)
+            self._pods[uid] = replace(pod, containers=(*kept, record), changed_at=time.time())
+            events = _transitions(record, old, PodRef(uid=uid, name=pod.name, namespace=pod.namespace))
+            self._wake(uid)
+        if uid in self._expected:
+            self._met(uid)
+        for fact in events:
+            await self._publish(fact)
 
     async def relist_once(self) -> None:
         """Relist the node: every sandbox and container this agent runs."""
@@ -375,8 +481,8 @@ class Relister:
                 continue
             state = _STATES.get(c.state, "unknown")
             old = self._containers.get(c.id)
-            if old is not None and old.state == state:
-                seen[c.id] = old
+            if old is not None and (old.state == state or _PROGRESS.get(old.state, -1) > _PROGRESS.get(state, -1)):
+                seen[c.id] = old  # the same, or a listing older than the event that moved it on
             else:
                 changed.append((c, state))
         old_ips = {sb.id: sb.pod_ip for pod in self._pods.values() for sb in pod.sandboxes}
@@ -390,27 +496,33 @@ class Relister:
             ips = {sid: await self._sandbox_ip(sid) for sid in unknown_ips}
         if bound.cancelled_caught:
             raise NoAnswer(f"no answer to ContainerStatus/PodSandboxStatus within {RELIST_TIMEOUT_SECONDS:g}s")
-        for c, state in changed:
+        for cid, listed in list(seen.items()):
+            current = self._containers.get(cid)
+            if current is not None and _PROGRESS.get(current.state, -1) > _PROGRESS.get(listed.state, -1):
+                seen[cid] = current  # an event moved it on while the listing's calls were made
+        for c, _ in changed:
             old = self._containers.get(c.id)
             record = inspected.get(c.id)
             if record is None:
+                continue
+            if old is not None and _PROGRESS.get(old.state, -1) > _PROGRESS.get(record.state, -1):
+                seen[c.id] = old  # an event moved it on while its status was being read
                 continue
             seen[c.id] = record
             uid = c.labels.get(L.POD_UID, "")
             changed_pods.add(uid)
             ref = PodRef(uid=uid, name=c.labels.get(L.POD_NAME, ""), namespace=c.labels.get(L.POD_NAMESPACE, ""))
-            # A container that ran and exited between two listings did start: that fact is
-            # published too (the kubelet's Started event must not depend on a listing's timing).
-            started_unseen = (state == "exited" and record.started_at
-                              and (old is None or old.state not in ("running", "exited")))
-            if (state == "running" and (old is None or old.state != "running")) or started_unseen:
-                events.append(ContainerStarted(pod=ref, source="pleg", container=record.name, container_id=c.id,
-                                               attempt=record.attempt))
-            if state == "exited" and (old is None or old.state != "exited"):
-                events.append(
-                    ContainerExited(pod=ref, source="pleg", container=record.name, container_id=c.id,
-                                    exit_code=record.exit_code, reason=record.reason)
-                )
+            events += _transitions(record, old, ref)
+        # What events added after this listing began, it could not show: kept. What they added
+        # before, the listing has judged.
+        for cid, applied_at in list(self._applied.items()):
+            cached = self._containers.get(cid)
+            if cached is None or applied_at < listed_at:
+                if cached is None or scope is None or cached.pod_uid in scope:
+                    del self._applied[cid]
+                continue
+            if cid not in seen and (scope is None or cached.pod_uid in scope) and cached.sandbox_id in sandbox_ids:
+                seen[cid] = cached
         for gone in set(before) - set(seen):
             changed_pods.add(before[gone].pod_uid)
         if scope is None:
@@ -429,8 +541,10 @@ class Relister:
             conts = tuple(by_uid.get(uid, ()))
             old_pod = self._pods.get(uid)
             sb_records = [replace(sb, pod_ip=old_ips.get(sb.id) or ips.get(sb.id, "")) for sb in sbs]
+            # An expectation met by events since the listing began made the record that fresh.
+            seen_at = max(listed_at, old_pod.seen_at) if old_pod is not None else listed_at
             pod = PodRuntime(uid=uid, name=name, namespace=ns, sandboxes=tuple(sb_records), containers=conts,
-                             seen_at=listed_at, changed_at=listed_at, labels=labels, annotations=annotations)
+                             seen_at=seen_at, changed_at=seen_at, labels=labels, annotations=annotations)
             if old_pod is None or old_pod.sandboxes != pod.sandboxes or old_pod.containers != pod.containers:
                 changed_pods.add(uid)
             else:
@@ -445,8 +559,7 @@ class Relister:
                     changed_pods.add(uid)
             self._pods.update(new_pods)
         for uid in changed_pods:
-            if uid and uid in self._changed:
-                self._changed.pop(uid).set()
+            self._wake(uid)
         for event in events:
             await self._publish(event)
 
@@ -484,27 +597,7 @@ class Relister:
             raise NoAnswer(str(exc)) from exc
         except CriError:
             return None  # removed between list and status; the next relist settles it
-        annotations = st.annotations
-        return ContainerRecord(
-            id=st.id,
-            name=st.labels.get(L.CONTAINER_NAME, st.metadata.name),
-            pod_uid=c.labels.get(L.POD_UID, ""),
-            sandbox_id=c.pod_sandbox_id,
-            attempt=st.metadata.attempt,
-            state=_STATES.get(st.state, state),
-            created_at=st.created_at,
-            restart_count=int(annotations.get(L.CONTAINER_RESTART_COUNT, st.metadata.attempt) or 0),
-            container_type=annotations.get(L.CONTAINER_TYPE, "container"),
-            image=st.image.image if st.image else "",
-            image_ref=st.image_ref,
-            started_at=st.started_at,
-            finished_at=st.finished_at,
-            exit_code=st.exit_code,
-            reason=st.reason,
-            message=st.message,
-            log_path=st.log_path,
-            hash=annotations.get(L.CONTAINER_HASH, ""),
-        )
+        return _record(st, c.labels.get(L.POD_UID, ""), c.pod_sandbox_id, state)
 
     async def _sandbox_ip(self, sandbox_id: str) -> str:
         try:
@@ -515,3 +608,44 @@ class Relister:
             return ""
         network = getattr(st, "network", None)
         return network.ip if network is not None else ""
+
+
+def _record(st: t.ContainerStatus, pod_uid: str, sandbox_id: str, state: str) -> ContainerRecord:
+    """A container's record from its ContainerStatus (``state``: when the status has none)."""
+    annotations = st.annotations
+    return ContainerRecord(
+        id=st.id,
+        name=st.labels.get(L.CONTAINER_NAME, st.metadata.name),
+        pod_uid=pod_uid,
+        sandbox_id=sandbox_id,
+        attempt=st.metadata.attempt,
+        state=_STATES.get(st.state, state),
+        created_at=st.created_at,
+        restart_count=int(annotations.get(L.CONTAINER_RESTART_COUNT, st.metadata.attempt) or 0),
+        container_type=annotations.get(L.CONTAINER_TYPE, "container"),
+        image=st.image.image if st.image else "",
+        image_ref=st.image_ref,
+        started_at=st.started_at,
+        finished_at=st.finished_at,
+        exit_code=st.exit_code,
+        reason=st.reason,
+        message=st.message,
+        log_path=st.log_path,
+        hash=annotations.get(L.CONTAINER_HASH, ""),
+    )
+
+
+def _transitions(record: ContainerRecord, old: ContainerRecord | None, ref: PodRef) -> list[Event]:
+    """The facts of a container's move from ``old`` to ``record``. A container that ran and
+    exited between two looks did start: that is published too (the kubelet's Started event must
+    not depend on when the runtime was looked at)."""
+    events: list[Event] = []
+    started_unseen = (record.state == "exited" and record.started_at
+                      and (old is None or old.state not in ("running", "exited")))
+    if (record.state == "running" and (old is None or old.state != "running")) or started_unseen:
+        events.append(ContainerStarted(pod=ref, source="pleg", container=record.name, container_id=record.id,
+                                       attempt=record.attempt))
+    if record.state == "exited" and (old is None or old.state != "exited"):
+        events.append(ContainerExited(pod=ref, source="pleg", container=record.name, container_id=record.id,
+                                      exit_code=record.exit_code, reason=record.reason))
+    return events

@@ -254,9 +254,11 @@ class PodContext(Protocol):
     async def runtime_changed(self, timeout: float | None = None) -> None:
         """Return when the relister saw a change for this pod (or ``timeout`` passed)."""
 
-    def request_relist(self) -> None:
+    def request_relist(self, expect: tuple[str, Literal["created", "running"]] | None = None) -> None:
         """Ask the relister to look at this pod in the runtime now (after this stage changed
-        something); it relists the pod alone, not the node."""
+        something); it relists the pod alone, not the node. ``expect``: (container id, state)
+        when the change was that container's creation or start: on a runtime that streams
+        events, the container's event then shows the relister what a listing would have."""
 
     async def publish(self, event: Event) -> None:
         """Publish a fact about this pod; ``pod``, ``source`` and ``cause`` are filled in."""

@@ -175,9 +175,9 @@ class StageContext:
     async def runtime_changed(self, timeout: float | None = None) -> None:
         await self._worker.services.relister.wait_changed(self._worker.ref.uid, timeout)
 
-    def request_relist(self) -> None:
+    def request_relist(self, expect: tuple[str, Literal["created", "running"]] | None = None) -> None:
         # This pod's runtime state changed: relisting it alone shows the stage what it did.
-        self._worker.services.relister.request_relist(self._worker.ref.uid)
+        self._worker.services.relister.request_relist(self._worker.ref.uid, expect)
 
     async def publish(self, event: ev.Event) -> None:
         await self._worker.services.publish(

@@ -74,10 +74,11 @@ EXIT_SEEN = StashKey[dict[str, float]]("runtime.exit_seen")
 BACKED_OFF = StashKey[set[str]]("runtime.backed_off")
 
 
-def acted(ctx: PodContext) -> None:
-    """This stage changed the runtime: the next plan must come from a newer listing."""
+def acted(ctx: PodContext, expect: tuple[str, Literal["created", "running"]] | None = None) -> None:
+    """This stage changed the runtime: the next plan must come from a newer look at it.
+    ``expect``: the change was this container's creation or start (its event may show it)."""
     ctx.stash[ACTED_AT] = time.time()
-    ctx.request_relist()
+    ctx.request_relist(expect)
 
 
 async def fresh(ctx: PodContext) -> PodRuntime:
@@ -222,7 +223,7 @@ class Syncer:
 
     async def _run(self, ctx: PodContext, step: Step, attempt: int, keep: str) -> float | None:
         """startContainer: config, create, start, postStart (kuberuntime_container.go)."""
-        created = await self._create(ctx, step, attempt, keep)
+        created = await self._create(ctx, step, attempt, keep, starting=True)
         if not isinstance(created, str):
             return created
         return await self._start_created(ctx, step, created)
@@ -244,9 +245,12 @@ class Syncer:
             if not isinstance(created, str) or step.blocking or step.kind == "sidecar":
                 break  # what comes after waits for this one to run (or to be retried by start)
 
-    async def _create(self, ctx: PodContext, step: Step, attempt: int, keep: str) -> str | float | None:
+    async def _create(self, ctx: PodContext, step: Step, attempt: int, keep: str, *,
+                      starting: bool = False) -> str | float | None:
         """The config and CreateContainer: the new container's id, or what ``_run`` returns
-        when it cannot be made (seconds until the next try)."""
+        when it cannot be made (seconds until the next try). ``starting``: the caller starts the
+        new container at once and asks for the relist then; one relist after a creation
+        nothing plans from cost every container start two listings and a ContainerStatus."""
         # Created with the allocated resources: a resize not accepted yet must not start here.
         pod = allocated_pod(ctx)
         container = next((c for c in pod.all_containers() if c.name == step.container.name), step.container)
@@ -317,12 +321,16 @@ class Syncer:
         try:
             container_id = await ctx.runtime.create_container(sandbox_id, config, sandbox_config)
         except CriError as exc:
+            acted(ctx)
             message_file.unlink(missing_ok=True)
             await _failed(ctx, name, "CreateContainerError", str(exc.details or exc))
             ctx.log.warning("creating container failed", container=name, error=str(exc))
             return ERROR_RETRY_SECONDS
-        finally:
-            acted(ctx)
+        except BaseException:
+            acted(ctx)  # cancelled mid-call: the runtime may hold the container all the same
+            raise
+        if not starting:
+            acted(ctx, expect=(container_id, "created"))  # else _start_created's, whatever it starts
         record_created(ctx, container_id, container)
         await ctx.publish(ContainerCreated(container=name, container_id=container_id, attempt=attempt))
         return container_id
@@ -333,13 +341,16 @@ class Syncer:
         try:
             await _start_container(ctx, container_id)
         except CriError as exc:
+            acted(ctx)
             # The instance is left exited (containerd: StartError, exit 128); the next pass
             # restarts it per the policy, with back-off, as the kubelet does.
             await _failed(ctx, name, "RunContainerError", str(exc.details or exc))
             ctx.log.warning("starting container failed", container=name, error=str(exc))
             return 0.0
-        finally:
+        except BaseException:
             acted(ctx)
+            raise
+        acted(ctx, expect=(container_id, "running"))
         return await self._post_start(ctx, step, container_id)
 
     async def _post_start(self, ctx: PodContext, step: Step, container_id: str) -> float | None:

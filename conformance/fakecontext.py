@@ -34,7 +34,7 @@ from nodeagent.kubeletconfig.node import NodeConfig
 from nodeagent.model import Pod
 from nodeagent.objects import FileObjects, Kind, ObjectError, Snapshot, kinds
 from nodeagent.podstatus import PodStatus
-from nodeagent.runtimeview import PodRuntime
+from nodeagent.runtimeview import Expectation, PodRuntime
 from nodeagent.stages import NodeInfo
 from nodeagent.stash import Stash
 from nodeagent.waits import first_of
@@ -258,7 +258,7 @@ class FakePodContext:
         else:
             await first_of(self._runtime_changed.wait(), self.clock.sleep(timeout))
 
-    def request_relist(self, expect: tuple[str, Literal["created", "running"]] | None = None) -> None:
+    def request_relist(self, expect: Expectation | None = None) -> None:
         self.relists += 1
 
     async def publish(self, event: Event) -> None:

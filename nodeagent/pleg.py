@@ -12,11 +12,13 @@ with back-off (0.5 s doubling to 30 s) while the periodic relist carries on; a r
 the stream (containerd 1.6: Unimplemented) is relisted periodically only, said once.
 
 Taken from the event (the kubelet's evented PLEG builds the pod's status from its events the
-same way): a container's creation or start is the runtime stage's own doing, and on an evented
-runtime the stage says what it expects to see (``request_relist(uid, expect=(id, state))``)
-instead of asking for a listing. The event of that creation or start carries the container's
-status, which the relister puts in the pod's record as it comes; once every expectation of the
-pod is met the record counts as fresh (``seen_at``), without a call to the runtime. An
+same way): a new sandbox, a container's creation or start are the runtime stage's own doing,
+and on an evented runtime the stage says what it expects to see (``request_relist(uid,
+expect=(id, state))``) instead of asking for a listing. The event of that creation or start
+carries the sandbox's status and the container's, which the relister puts in the pod's record
+as it comes (a new sandbox's pod gets its record from the sandbox's identity); once every
+expectation of the pod is met the record counts as fresh (``seen_at``), without a call to the
+runtime. An
 expectation no event meets within EXPECT_GRACE_SECONDS, or one made while a relist of the pod is
 pending anyway, relists the pod. Records only move forward (created, running, exited): a listing
 that began before an event the cache holds does not take the container back, nor drop one an
@@ -37,7 +39,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Literal
 
 import anyio
 import structlog
@@ -48,7 +49,7 @@ from cri.types import ContainerState, PodSandboxState
 from nodeagent import labels as L
 from nodeagent.backoff import Backoff
 from nodeagent.events import ContainerExited, ContainerStarted, Event, PodRef, RuntimeAvailable, RuntimeUnavailable
-from nodeagent.runtimeview import ContainerRecord, PodRuntime, SandboxRecord
+from nodeagent.runtimeview import ContainerRecord, Expectation, PodRuntime, SandboxRecord
 
 log = structlog.get_logger("nodeagent.pleg")
 
@@ -131,12 +132,14 @@ class Relister:
         self._settling = False
         self._settle_group: anyio.abc.TaskGroup | None = None
         self._expected: dict[str, dict[str, str]] = {}
-        """Per pod: container id -> the state a stage expects its event to show."""
+        """Per pod: container or sandbox id -> the state a stage expects its event to show."""
         self._expect_until: dict[str, float] = {}
         """Per pod: when its expectations give way to a relist (monotonic)."""
         self._applied: dict[str, float] = {}
         """Containers an event put in the cache: container id -> when (wall time). A listing that
         began before keeps them; one that began after judges them like any other."""
+        self._applied_sandboxes: dict[str, tuple[str, float]] = {}
+        """The same for sandboxes: sandbox id -> (its pod's UID, when)."""
         self.events_seen = 0
         self.events_applied = 0
         """Creations and starts taken from the event stream into the cache."""
@@ -157,11 +160,11 @@ class Relister:
             await event.wait()
 
     def request_relist(self, uid: str | None = None,
-                       expect: tuple[str, Literal["created", "running"]] | None = None) -> None:
+                       expect: Expectation | None = None) -> None:
         """Relist now rather than at the next tick (after a stage changed something): only the
-        pod ``uid``, or the whole node. ``expect``: (container id, "created" or "running"), what
-        the stage's change was; on an evented runtime the container's event shows it instead
-        of a listing (see the module docstring)."""
+        pod ``uid``, or the whole node. ``expect``: (container id, "created" or "running") or
+        (sandbox id, "ready"), what the stage's change was; on an evented runtime its event
+        shows it instead of a listing (see the module docstring)."""
         if uid and expect is not None and self.evented and not self._relist_pending(uid):
             container_id, state = expect
             self._expected.setdefault(uid, {})[container_id] = state
@@ -184,8 +187,13 @@ class Relister:
         expected = self._expected.get(uid)
         if not expected:
             return False
-        for container_id, state in expected.items():
-            record = self._containers.get(container_id)
+        for object_id, state in expected.items():
+            if state == "ready":
+                pod = self._pods.get(uid)
+                if pod is None or not any(sb.id == object_id for sb in pod.sandboxes):
+                    return False
+                continue
+            record = self._containers.get(object_id)
             if record is None or _PROGRESS.get(record.state, -1) < _PROGRESS[state]:
                 return False
         del self._expected[uid], self._expect_until[uid]
@@ -349,15 +357,21 @@ class Relister:
             await anyio.sleep(backoff.next())
 
     async def _apply(self, event: t.ContainerEvent) -> None:
-        """A creation or start as the event shows it: the named container's record in its pod's,
-        when the cache knows the pod and the sandbox and the event is news; then the pod's
-        expectations. A pod or sandbox the cache does not know yet is a relist's to show."""
+        """A creation or start as the event shows it, then the pod's expectations: a new
+        sandbox's record (and its pod's, for a pod the cache does not hold yet), or the named
+        container's record in its pod's when the cache knows the pod and the sandbox and the
+        event is news. A container of a pod or sandbox the cache does not know is a relist's."""
         sandbox = event.pod_sandbox_status
-        if sandbox is None or not event.containers_statuses or sandbox.labels.get(L.MANAGED_BY) != self._node:
+        if sandbox is None or sandbox.labels.get(L.MANAGED_BY) != self._node:
             return
         uid = sandbox.metadata.uid
+        if event.container_id == sandbox.id:
+            self._apply_sandbox(sandbox)
+            if uid in self._expected:
+                self._met(uid)
+            return
         pod = self._pods.get(uid)
-        if pod is None or not any(sb.id == sandbox.id for sb in pod.sandboxes):
+        if pod is None or not event.containers_statuses or not any(sb.id == sandbox.id for sb in pod.sandboxes):
             return
         status = event.containers_statuses[0]
         record = _record(status, uid, sandbox.id, "unknown")
@@ -375,6 +389,29 @@ class Relister:
             self._met(uid)
         for fact in events:
             await self._publish(fact)
+
+    def _apply_sandbox(self, status: t.PodSandboxStatus) -> None:
+        """A sandbox the event shows ready, new to the cache: its record, with its IP, in its
+        pod's (a new pod's record carries the sandbox's identity, as a listing's would). A
+        sandbox the cache holds already is a listing's or an exit's to change."""
+        uid = status.metadata.uid
+        pod = self._pods.get(uid)
+        if status.state != PodSandboxState.SANDBOX_READY or (
+                pod is not None and any(sb.id == status.id for sb in pod.sandboxes)):
+            return
+        record = SandboxRecord(id=status.id, attempt=status.metadata.attempt, ready=True, created_at=status.created_at,
+                               pod_ip=status.network.ip if status.network is not None else "")
+        now = time.time()
+        if pod is None:
+            pod = PodRuntime(uid=uid, name=status.metadata.name, namespace=status.metadata.namespace,
+                             sandboxes=(record,), changed_at=now, labels=dict(status.labels),
+                             annotations=dict(status.annotations))
+        else:
+            pod = replace(pod, sandboxes=(*pod.sandboxes, record), changed_at=now)
+        self.events_applied += 1
+        self._pods[uid] = pod
+        self._applied_sandboxes[status.id] = (uid, now)
+        self._wake(uid)
 
     async def relist_once(self) -> None:
         """Relist the node: every sandbox and container this agent runs."""
@@ -496,6 +533,22 @@ class Relister:
             ips = {sid: await self._sandbox_ip(sid) for sid in unknown_ips}
         if bound.cancelled_caught:
             raise NoAnswer(f"no answer to ContainerStatus/PodSandboxStatus within {RELIST_TIMEOUT_SECONDS:g}s")
+        # Sandboxes events added after this listing began, it could not show: kept, with their
+        # pods. What they added before, the listing has judged.
+        listed_ids = set(sandbox_ids)
+        for sid, (uid, applied_at) in list(self._applied_sandboxes.items()):
+            if scope is not None and uid not in scope:
+                continue
+            cached_pod = self._pods.get(uid)
+            kept = next((sb for sb in cached_pod.sandboxes if sb.id == sid), None) if cached_pod else None
+            if applied_at < listed_at or kept is None or cached_pod is None:
+                del self._applied_sandboxes[sid]
+                continue
+            if sid not in listed_ids:
+                by_pod.setdefault(uid, []).append(kept)
+                identity.setdefault(uid, (cached_pod.name, cached_pod.namespace, cached_pod.labels,
+                                          cached_pod.annotations))
+                sandbox_ids.add(sid)
         for cid, listed in list(seen.items()):
             current = self._containers.get(cid)
             if current is not None and _PROGRESS.get(current.state, -1) > _PROGRESS.get(listed.state, -1):
@@ -540,7 +593,7 @@ class Relister:
             name, ns, labels, annotations = identity[uid]
             conts = tuple(by_uid.get(uid, ()))
             old_pod = self._pods.get(uid)
-            sb_records = [replace(sb, pod_ip=old_ips.get(sb.id) or ips.get(sb.id, "")) for sb in sbs]
+            sb_records = [replace(sb, pod_ip=sb.pod_ip or old_ips.get(sb.id) or ips.get(sb.id, "")) for sb in sbs]
             # An expectation met by events since the listing began made the record that fresh.
             seen_at = max(listed_at, old_pod.seen_at) if old_pod is not None else listed_at
             pod = PodRuntime(uid=uid, name=name, namespace=ns, sandboxes=tuple(sb_records), containers=conts,

@@ -7,8 +7,14 @@ restarted agent needs (restart counts, grace periods) can be recovered from the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
 
 from nodeagent import labels as L
+
+Expectation: TypeAlias = tuple[str, Literal["created", "running", "ready"]]
+"""What a stage's change to the runtime was: (container id, "created" or "running") or
+(sandbox id, "ready"). On a runtime that streams events, the change's own event shows it to the
+relister instead of a listing (nodeagent/pleg.py)."""
 
 
 @dataclass(frozen=True)

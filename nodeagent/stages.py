@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from cri import RuntimeClient
     from nodeagent.additions import AdditionsAccess
     from nodeagent.objects import ObjectStore
-    from nodeagent.runtimeview import PodRuntime
+    from nodeagent.runtimeview import Expectation, PodRuntime
     from nodeagent.stats import Usage
 
 
@@ -254,7 +254,7 @@ class PodContext(Protocol):
     async def runtime_changed(self, timeout: float | None = None) -> None:
         """Return when the relister saw a change for this pod (or ``timeout`` passed)."""
 
-    def request_relist(self, expect: tuple[str, Literal["created", "running"]] | None = None) -> None:
+    def request_relist(self, expect: Expectation | None = None) -> None:
         """Ask the relister to look at this pod in the runtime now (after this stage changed
         something); it relists the pod alone, not the node. ``expect``: (container id, state)
         when the change was that container's creation or start: on a runtime that streams

@@ -31,7 +31,7 @@ from nodeagent.objects import FileObjects, ObjectStore
 from nodeagent.pipeline import Answer, PhaseRunner, RetryBudget
 from nodeagent.pleg import Relister
 from nodeagent.registry import Pipeline
-from nodeagent.runtimeview import PodRuntime
+from nodeagent.runtimeview import Expectation, PodRuntime
 from nodeagent.slots import PrioritySlots, Turn
 from nodeagent.stages import (
     ACTIVE_STATES,
@@ -175,7 +175,7 @@ class StageContext:
     async def runtime_changed(self, timeout: float | None = None) -> None:
         await self._worker.services.relister.wait_changed(self._worker.ref.uid, timeout)
 
-    def request_relist(self, expect: tuple[str, Literal["created", "running"]] | None = None) -> None:
+    def request_relist(self, expect: Expectation | None = None) -> None:
         # This pod's runtime state changed: relisting it alone shows the stage what it did.
         self._worker.services.relister.request_relist(self._worker.ref.uid, expect)
 

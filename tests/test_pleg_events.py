@@ -150,3 +150,31 @@ async def test_an_expectation_on_a_runtime_without_events_is_a_relist() -> None:
     relister._stream_since = None  # containerd 1.6: no stream
     relister.request_relist(UID, expect=("c1", "running"))
     assert UID in relister._want_pods and UID not in relister._expected
+
+
+def sandbox_event(sandbox_id: str, uid: str) -> t.ContainerEvent:
+    return t.ContainerEvent(container_id=sandbox_id, container_event_type=t.ContainerEventType.CONTAINER_STARTED_EVENT,
+                            created_at=time.time_ns(), pod_sandbox_status=t.PodSandboxStatus(
+                                id=sandbox_id, metadata=t.PodSandboxMetadata(name="q", uid=uid, namespace="default"),
+                                state=t.PodSandboxState.SANDBOX_READY, created_at=5,
+                                network=t.PodSandboxNetworkStatus(ip="10.0.0.9"),
+                                labels={**LABELS, L.POD_UID: uid}))
+
+
+async def test_a_new_sandboxs_event_makes_its_pods_record_and_a_listing_older_than_it_keeps_it() -> None:
+    relister, facts, runtime = await relister_with_pod()
+    relister.request_relist("uid-2", expect=("sb-2", "ready"))
+    assert "uid-2" in relister._expected
+    began = time.time()
+    await relister._apply(sandbox_event("sb-2", "uid-2"))
+    pod = relister.pod("uid-2")
+    assert [(sb.id, sb.ready, sb.pod_ip) for sb in pod.sandboxes] == [("sb-2", True, "10.0.0.9")]
+    assert pod.name == "q" and pod.seen_at > began, "the expectation met: the record is fresh"
+    assert "uid-2" not in relister._expected
+    # A node-wide listing that began before the event (it shows only the first pod): kept.
+    await relister._update([sandbox()], [], began, None)
+    assert [sb.id for sb in relister.pod("uid-2").sandboxes] == ["sb-2"]
+    # One that began after it and does not show it: the sandbox is gone, and its pod.
+    await relister._update([sandbox()], [], time.time(), None)
+    assert relister.pod("uid-2").sandboxes == ()
+    assert not facts

@@ -176,7 +176,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         with self.starts.sandbox_creation(ctx):
             sandbox_id, config = await self._create_sandbox(ctx, attempt)
         ctx.stash[SANDBOX] = (sandbox_id, config)
-        acted(ctx)
+        acted(ctx, expect=(sandbox_id, "ready"))
         ctx.stash[POD_IP] = await self._sandbox_ip(ctx, sandbox_id)
         await ctx.publish(SandboxStarted(sandbox_id=sandbox_id, attempt=attempt, pod_ip=ctx.stash[POD_IP]))
 

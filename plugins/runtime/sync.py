@@ -28,7 +28,7 @@ from nodeagent.kube.restartpolicy import unstarted_sidecars
 from nodeagent.model import Container
 from nodeagent.mounttable import make_rshared
 from nodeagent.podfacts import STARTUP_PASSED, notes_of
-from nodeagent.runtimeview import ContainerRecord, PodRuntime
+from nodeagent.runtimeview import ContainerRecord, Expectation, PodRuntime
 from nodeagent.stages import PodContext, Result
 from nodeagent.stash import StashKey
 from nodeagent.terminationmessage import create_message_file, message_mount
@@ -74,7 +74,7 @@ EXIT_SEEN = StashKey[dict[str, float]]("runtime.exit_seen")
 BACKED_OFF = StashKey[set[str]]("runtime.backed_off")
 
 
-def acted(ctx: PodContext, expect: tuple[str, Literal["created", "running"]] | None = None) -> None:
+def acted(ctx: PodContext, expect: Expectation | None = None) -> None:
     """This stage changed the runtime: the next plan must come from a newer look at it.
     ``expect``: the change was this container's creation or start (its event may show it)."""
     ctx.stash[ACTED_AT] = time.time()

@@ -5,33 +5,35 @@ ContainerStatus only for containers whose state changed. Changes become facts on
 (ContainerStarted, ContainerExited) and wake the pod's observers.
 
 Evented (the 1.37 kubelet's evented PLEG, which no longer replaces relisting): where the
-runtime streams container events (containerd 2.x: GetContainerEvents), an exit or a removal
-makes the relister look at once, so an exit reaches its pod's worker within milliseconds instead
-of up to a second; the periodic relist stays as the safety net. A stream that breaks is reconnected
-with back-off (0.5 s doubling to 30 s) while the periodic relist carries on; a runtime without
-the stream (containerd 1.6: Unimplemented) is relisted periodically only, said once.
+runtime streams container events (containerd 2.x: GetContainerEvents), each event carries the
+status of what it is about, and the relister takes it as it comes, as the kubelet's evented
+PLEG builds a pod's status from its events: a new sandbox (with its IP; a pod the cache does not
+hold yet gets its record from the sandbox's identity), a container's creation, start or exit, a
+sandbox's stop. So an exit reaches its pod's worker within milliseconds, with no listing. An
+exit or removal the cache cannot place (an unknown pod or sandbox, a removal) relists the pod it
+names, or the node when it names none. The periodic relist stays as the safety net. A stream
+that breaks is reconnected with back-off (0.5 s doubling to 30 s) while the periodic relist
+carries on; a runtime without the stream (containerd 1.6: Unimplemented) is relisted
+periodically only, said once.
 
-Taken from the event (the kubelet's evented PLEG builds the pod's status from its events the
-same way): a new sandbox, a container's creation or start are the runtime stage's own doing,
-and on an evented runtime the stage says what it expects to see (``request_relist(uid,
-expect=(id, state))``) instead of asking for a listing. The event of that creation or start
-carries the sandbox's status and the container's, which the relister puts in the pod's record
-as it comes (a new sandbox's pod gets its record from the sandbox's identity); once every
-expectation of the pod is met the record counts as fresh (``seen_at``), without a call to the
-runtime. An
-expectation no event meets within EXPECT_GRACE_SECONDS, or one made while a relist of the pod is
-pending anyway, relists the pod. Records only move forward (created, running, exited): a listing
-that began before an event the cache holds does not take the container back, nor drop one an
-event added after the listing began.
+Expectations: a new sandbox, a container's creation or start are the runtime stage's own doing.
+On an evented runtime the stage says what it expects to see (``request_relist(uid,
+expect=(id, state))``) instead of asking for a listing; once the cache shows every expectation
+of the pod (from the events), the pod's record counts as fresh (``seen_at``) for the stage's
+next plan, without a call to the runtime. An expectation no event meets within
+EXPECT_GRACE_SECONDS, or one made while a relist of the pod is pending anyway, relists the pod.
+
+Records only move forward (a container: created, running, exited; a sandbox: ready, not
+ready): a listing that began before an event the cache holds neither takes its sandbox or
+container back nor drops one the event added.
 
 Per pod (the kubelet's on-demand relist, PLEGOnDemandRelist): an event, or a stage that just
 changed its pod's runtime state, relists only the pod concerned, as the kubelet's GetPodStatus
 reads one pod: ListPodSandbox and ListContainers filtered by the pod's UID label. The pod's
 record is built by the same code as in a node-wide relist, so what its workers see is what a
-full relist would have shown; the other pods are neither listed nor compared. An event that
-names no pod this agent can place (no sandbox status and an unknown id) relists the node, and
-so do more waiting pods than one per PODS_PER_POD_RELIST on the node (cheaper then). The
-node-wide relist keeps its period whatever pods were relisted meanwhile.
+full relist would have shown; the other pods are neither listed nor compared. More waiting
+pods than one per PODS_PER_POD_RELIST on the node are relisted node-wide instead (cheaper then).
+The node-wide relist keeps its period whatever pods were relisted meanwhile.
 """
 
 from __future__ import annotations
@@ -65,12 +67,14 @@ more relist (a sandbox being stopped, a mass teardown: many events, two relists)
 STREAM_TRUSTED_AFTER_SECONDS = 1.0
 INSPECT_CONCURRENCY = 8
 RELIST_ON = frozenset({t.ContainerEventType.CONTAINER_STOPPED_EVENT, t.ContainerEventType.CONTAINER_DELETED_EVENT})
-"""The events that relist their pod: an exit, or a removal (the garbage collector, an operator),
-is news to the agent. A creation or a start is a stage's own doing, which its event shows
-(APPLY_ON). (The 1.37 kubelet relists on CONTAINER_STOPPED_EVENT only.)"""
-APPLY_ON = frozenset({t.ContainerEventType.CONTAINER_CREATED_EVENT, t.ContainerEventType.CONTAINER_STARTED_EVENT})
-"""The events whose container status goes into the pod's record as it comes (see the module
-docstring); they relist nothing."""
+"""The events that relist their pod when the cache cannot take them as they come (APPLY_ON): an
+exit it cannot place, a removal (the garbage collector, an operator). (The 1.37 kubelet relists
+on CONTAINER_STOPPED_EVENT.)"""
+APPLY_ON = frozenset({t.ContainerEventType.CONTAINER_CREATED_EVENT, t.ContainerEventType.CONTAINER_STARTED_EVENT,
+                      t.ContainerEventType.CONTAINER_STOPPED_EVENT})
+"""The events whose sandbox or container status goes into the pod's record as it comes (see the
+module docstring), when the cache knows what they are about; an exit the cache cannot place
+relists (RELIST_ON)."""
 EXPECT_GRACE_SECONDS = 0.25
 """How long an expectation waits for its event before its pod is relisted instead (the event
 comes within milliseconds of the call; this only bounds a lost one)."""
@@ -297,7 +301,7 @@ class Relister:
                 self._burst_pods, self._burst_full = set(), False
                 self._poke.set()
 
-    def _event_pod(self, event: t.ContainerEventSummary) -> str | None:
+    def _event_pod(self, event: t.ContainerEventSummary | t.ContainerEvent) -> str | None:
         """The UID of the pod an event is about; "" for a pod this agent does not run (a full
         relist would not list it either); None when it cannot tell (relist the node)."""
         status = event.pod_sandbox_status
@@ -331,8 +335,7 @@ class Relister:
                         backoff.reset()
                         self._stream_events += 1
                         self.events_seen += 1
-                        if isinstance(event, t.ContainerEvent):
-                            await self._apply(event)
+                        if isinstance(event, t.ContainerEvent) and await self._apply(event):
                             continue
                         if event.container_event_type not in RELIST_ON:
                             continue
@@ -356,23 +359,25 @@ class Relister:
                 self.request_relist()
             await anyio.sleep(backoff.next())
 
-    async def _apply(self, event: t.ContainerEvent) -> None:
-        """A creation or start as the event shows it, then the pod's expectations: a new
-        sandbox's record (and its pod's, for a pod the cache does not hold yet), or the named
-        container's record in its pod's when the cache knows the pod and the sandbox and the
-        event is news. A container of a pod or sandbox the cache does not know is a relist's."""
+    async def _apply(self, event: t.ContainerEvent) -> bool:
+        """A creation, start or exit as the event shows it, then the pod's expectations: a
+        sandbox's record (a new one's, and its pod's for a pod the cache does not hold yet; a
+        stopped one's), or the named container's record in its pod's when the cache knows the
+        pod and the sandbox. True when the event was placed (news or not); False leaves it to a
+        listing (an exit: RELIST_ON), as for a container of a pod or sandbox the cache does not
+        know."""
         sandbox = event.pod_sandbox_status
         if sandbox is None or sandbox.labels.get(L.MANAGED_BY) != self._node:
-            return
+            return sandbox is not None  # another node's: nothing of ours
         uid = sandbox.metadata.uid
         if event.container_id == sandbox.id:
-            self._apply_sandbox(sandbox)
+            placed = self._apply_sandbox(sandbox)
             if uid in self._expected:
                 self._met(uid)
-            return
+            return placed
         pod = self._pods.get(uid)
         if pod is None or not event.containers_statuses or not any(sb.id == sandbox.id for sb in pod.sandboxes):
-            return
+            return False
         status = event.containers_statuses[0]
         record = _record(status, uid, sandbox.id, "unknown")
         old = self._containers.get(status.id)
@@ -389,19 +394,32 @@ class Relister:
             self._met(uid)
         for fact in events:
             await self._publish(fact)
+        return True
 
-    def _apply_sandbox(self, status: t.PodSandboxStatus) -> None:
-        """A sandbox the event shows ready, new to the cache: its record, with its IP, in its
-        pod's (a new pod's record carries the sandbox's identity, as a listing's would). A
-        sandbox the cache holds already is a listing's or an exit's to change."""
+    def _apply_sandbox(self, status: t.PodSandboxStatus) -> bool:
+        """A sandbox as the event shows it: new to the cache and ready, its record with its IP
+        in its pod's (a new pod's record carries the sandbox's identity, as a listing's would);
+        known and now not ready, its record so. Sandboxes only go from ready to not ready: an
+        event that says less than the cache is no news. False for a sandbox the cache does not
+        know that is not ready (a listing's to show)."""
         uid = status.metadata.uid
         pod = self._pods.get(uid)
-        if status.state != PodSandboxState.SANDBOX_READY or (
-                pod is not None and any(sb.id == status.id for sb in pod.sandboxes)):
-            return
+        ready = status.state == PodSandboxState.SANDBOX_READY
+        known = next((sb for sb in pod.sandboxes if sb.id == status.id), None) if pod is not None else None
+        now = time.time()
+        if known is not None:
+            if known.ready and not ready and pod is not None:
+                self.events_applied += 1
+                stopped = replace(known, ready=False)
+                self._pods[uid] = replace(pod, sandboxes=tuple(stopped if sb is known else sb for sb in pod.sandboxes),
+                                          changed_at=now)
+                self._applied_sandboxes[status.id] = (uid, now)
+                self._wake(uid)
+            return True
+        if not ready:
+            return False
         record = SandboxRecord(id=status.id, attempt=status.metadata.attempt, ready=True, created_at=status.created_at,
                                pod_ip=status.network.ip if status.network is not None else "")
-        now = time.time()
         if pod is None:
             pod = PodRuntime(uid=uid, name=status.metadata.name, namespace=status.metadata.namespace,
                              sandboxes=(record,), changed_at=now, labels=dict(status.labels),
@@ -412,6 +430,7 @@ class Relister:
         self._pods[uid] = pod
         self._applied_sandboxes[status.id] = (uid, now)
         self._wake(uid)
+        return True
 
     async def relist_once(self) -> None:
         """Relist the node: every sandbox and container this agent runs."""
@@ -533,9 +552,8 @@ class Relister:
             ips = {sid: await self._sandbox_ip(sid) for sid in unknown_ips}
         if bound.cancelled_caught:
             raise NoAnswer(f"no answer to ContainerStatus/PodSandboxStatus within {RELIST_TIMEOUT_SECONDS:g}s")
-        # Sandboxes events added after this listing began, it could not show: kept, with their
-        # pods. What they added before, the listing has judged.
-        listed_ids = set(sandbox_ids)
+        # Sandboxes events added or stopped after this listing began, it could not show: the
+        # events' records stand, with their pods. What they did before, the listing has judged.
         for sid, (uid, applied_at) in list(self._applied_sandboxes.items()):
             if scope is not None and uid not in scope:
                 continue
@@ -544,11 +562,11 @@ class Relister:
             if applied_at < listed_at or kept is None or cached_pod is None:
                 del self._applied_sandboxes[sid]
                 continue
-            if sid not in listed_ids:
-                by_pod.setdefault(uid, []).append(kept)
-                identity.setdefault(uid, (cached_pod.name, cached_pod.namespace, cached_pod.labels,
-                                          cached_pod.annotations))
-                sandbox_ids.add(sid)
+            records = by_pod.setdefault(uid, [])
+            records[:] = [sb for sb in records if sb.id != sid]  # the listing's, older than the event's
+            records.append(kept)
+            identity.setdefault(uid, (cached_pod.name, cached_pod.namespace, cached_pod.labels, cached_pod.annotations))
+            sandbox_ids.add(sid)
         for cid, listed in list(seen.items()):
             current = self._containers.get(cid)
             if current is not None and _PROGRESS.get(current.state, -1) > _PROGRESS.get(listed.state, -1):

@@ -178,3 +178,32 @@ async def test_a_new_sandboxs_event_makes_its_pods_record_and_a_listing_older_th
     await relister._update([sandbox()], [], time.time(), None)
     assert relister.pod("uid-2").sandboxes == ()
     assert not facts
+
+
+async def test_an_exit_and_a_sandboxs_stop_are_taken_from_their_events_and_move_only_forward() -> None:
+    relister, facts, _ = await relister_with_pod()
+    await relister._apply(event("c1", t.ContainerEventType.CONTAINER_STARTED_EVENT,
+                                t.ContainerState.CONTAINER_RUNNING))
+    began = time.time()
+    exited = event("c1", t.ContainerEventType.CONTAINER_STOPPED_EVENT, t.ContainerState.CONTAINER_EXITED)
+    assert await relister._apply(exited)
+    assert relister.pod(UID).latest("main").exited  # type: ignore[union-attr]
+    assert [type(f).__name__ for f in facts] == ["ContainerStarted", "ContainerExited"]
+    stopped = t.ContainerEvent(container_id=SANDBOX, container_event_type=t.ContainerEventType.CONTAINER_STOPPED_EVENT,
+                               pod_sandbox_status=t.PodSandboxStatus(
+                                   id=SANDBOX, metadata=t.PodSandboxMetadata(name="p", uid=UID, namespace="default"),
+                                   state=t.PodSandboxState.SANDBOX_NOTREADY, labels=dict(LABELS)))
+    assert await relister._apply(stopped)
+    assert [sb.ready for sb in relister.pod(UID).sandboxes] == [False]
+    # A listing that began before both shows the sandbox ready and the container running: the
+    # events' records stand, and nothing is published again.
+    await relister._update([sandbox()], [listed("c1", t.ContainerState.CONTAINER_RUNNING)], began, {UID})
+    assert [sb.ready for sb in relister.pod(UID).sandboxes] == [False]
+    assert relister.pod(UID).latest("main").exited  # type: ignore[union-attr]
+    assert len(facts) == 2
+    # An exit the cache cannot place (a pod it does not know) is left to a listing.
+    stray = event("c9", t.ContainerEventType.CONTAINER_STOPPED_EVENT, t.ContainerState.CONTAINER_EXITED)
+    other = t.PodSandboxStatus(id="sb-9", metadata=t.PodSandboxMetadata(name="q", uid="uid-9"), labels=dict(LABELS))
+    assert not await relister._apply(t.ContainerEvent(
+        container_id="c9", container_event_type=stray.container_event_type, pod_sandbox_status=other,
+        containers_statuses=stray.containers_statuses))

@@ -146,7 +146,8 @@ class Relister:
         """The same for sandboxes: sandbox id -> (its pod's UID, when)."""
         self.events_seen = 0
         self.events_applied = 0
-        """Creations and starts taken from the event stream into the cache."""
+        """Sandboxes and containers the event stream moved on in the cache (creations, starts,
+        exits, stops), without a listing."""
         self.pod_relists = 0
         """Pods relisted on their own (each counts once per pod listed)."""
 

@@ -256,9 +256,9 @@ class PodContext(Protocol):
 
     def request_relist(self, expect: Expectation | None = None) -> None:
         """Ask the relister to look at this pod in the runtime now (after this stage changed
-        something); it relists the pod alone, not the node. ``expect``: (container id, state)
-        when the change was that container's creation or start: on a runtime that streams
-        events, the container's event then shows the relister what a listing would have."""
+        something); it relists the pod alone, not the node. ``expect`` (runtimeview.Expectation):
+        the change was a new sandbox, or a container's creation or start; on a runtime that
+        streams events, its own event then shows the relister what a listing would have."""
 
     async def publish(self, event: Event) -> None:
         """Publish a fact about this pod; ``pod``, ``source`` and ``cause`` are filled in."""

@@ -76,7 +76,8 @@ BACKED_OFF = StashKey[set[str]]("runtime.backed_off")
 
 def acted(ctx: PodContext, expect: Expectation | None = None) -> None:
     """This stage changed the runtime: the next plan must come from a newer look at it.
-    ``expect``: the change was this container's creation or start (its event may show it)."""
+    ``expect``: the change was a new sandbox, or a container's creation or start (its own event
+    may show it: runtimeview.Expectation)."""
     ctx.stash[ACTED_AT] = time.time()
     ctx.request_relist(expect)
 

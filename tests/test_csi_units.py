@@ -344,6 +344,12 @@ async def test_attach_required_waits_for_the_volume_attachment_and_uses_its_meta
         _, pv = provision(env, "data")
         ctx = env.context(pod("web", "u1", [pvc_volume("data", "data")]))
         name = attachment_name(pv["spec"]["csi"]["volumeHandle"], DRIVER, NODE.name)
+        # The attach-detach controller's record in the Node's status comes first, as in the kubelet.
+        result = await stage.prepare(ctx)
+        assert result.verdict is Verdict.RETRY
+        assert result.message.endswith("unattached volumes=[data], failed to process volumes=[]: "
+                                       'Volume not attached according to node status for volume "pv-data"')
+        await list_attached(env, f"kubernetes.io/csi/{DRIVER}^{pv['spec']['csi']['volumeHandle']}")
         result = await stage.prepare(ctx)
         assert result.verdict is Verdict.RETRY
         assert "unattached volumes=[data], failed to process volumes=[]" in result.message
@@ -358,6 +364,13 @@ async def test_attach_required_waits_for_the_volume_attachment_and_uses_its_meta
                                                                      "attachmentMetadata": {"device": "/dev/x"}}})
         assert (await stage.prepare(ctx)).verdict is Verdict.CONTINUE
         await stage.unprepare(ctx)
+
+
+async def list_attached(env: Any, *names: str) -> None:
+    """What the attach-detach controller writes once an attach succeeded."""
+    node = dict(await env.objects.get(NODE_KIND, NODE.name))
+    node["status"] = {**node.get("status", {}), "volumesAttached": [{"name": n, "devicePath": ""} for n in names]}
+    env.objects.put(NODE_KIND, node)
 
 
 async def test_an_attachable_volume_waits_until_the_node_reports_it_in_use(base: Path) -> None:
@@ -378,6 +391,7 @@ async def test_an_attachable_volume_waits_until_the_node_reports_it_in_use(base:
             "status": {"attached": True}})
         ctx = env.context(pod("web", "u1", [pvc_volume("data", "data")]))
         unique = f"kubernetes.io/csi/{DRIVER}^{handle}"
+        await list_attached(env, unique)
         result = await stage.prepare(ctx)
         assert result.verdict is Verdict.RETRY
         assert ("unattached volumes=[data], failed to process volumes=[]: Volume has not been added to the list "

@@ -16,8 +16,9 @@ for each such volume a container mounts or maps:
 2. for a CSI PV whose CSIDriver says ``attachRequired`` (the default, and when there is no
    CSIDriver), wait until a Node status write has listed it in volumesInUse (the handle asks for
    that write at once; until then the attach-detach controller may detach it,
-   nodeagent.volumesinuse), then for the VolumeAttachment the controller makes to be attached
-   (its ``attachmentMetadata`` is the publish context);
+   nodeagent.volumesinuse), then for the controller to list it in the Node's
+   ``status.volumesAttached`` (the kubelet's VerifyControllerAttachedVolume) and for the
+   VolumeAttachment it makes to be attached (its ``attachmentMetadata`` is the publish context);
 3. NodeStageVolume once per volume on the node (when the driver has STAGE_UNSTAGE_VOLUME),
    NodePublishVolume per pod, at the kubelet's paths (plugins/csi/layout.py); Block volumes
    (``volumeDevices``) become devices of the containers; fsGroup is applied as the driver's
@@ -70,7 +71,7 @@ from nodeagent.additions import (
 from nodeagent.kube.configdata import ObjectReader, ObjectUnavailable
 from nodeagent.model import Pod, Volume
 from nodeagent.objects import ObjectError, View
-from nodeagent.objects.kinds import CSI_DRIVER, VOLUME_ATTACHMENT
+from nodeagent.objects.kinds import CSI_DRIVER, NODE, VOLUME_ATTACHMENT
 from nodeagent.stages import AgentHandle, Observe, PodContext, Prepare, Result
 from nodeagent.stash import StashKey
 from nodeagent.stats.collector import VOLUME_STATS_SECONDS
@@ -370,6 +371,8 @@ class CsiStage(Prepare, Observe):
                 problems.unattached[volume.name] = (
                     "Volume has not been added to the list of VolumesInUse in the node's volume status "
                     f'for volume "{spec.spec_name}"')
+            except _NotInNodeStatus as exc:
+                problems.unattached[volume.name] = f'{exc} for volume "{spec.spec_name}"'
             except _Unattached as exc:
                 problems.unattached[volume.name] = (
                     f'MountVolume.WaitForAttach failed for volume "{spec.spec_name}" : {exc}')
@@ -394,8 +397,10 @@ class CsiStage(Prepare, Observe):
         csidriver = self._csidriver(spec.driver)
         publish_context: Mapping[str, str] = {}
         if spec.lifecycle == "Persistent" and _attach_required(csidriver):
-            if not self._handle.volume_reported_in_use(unique_name(spec.driver, spec.handle)):
+            name = unique_name(spec.driver, spec.handle)
+            if not self._handle.volume_reported_in_use(name):
                 raise _NotReportedInUse()
+            await self._listed_attached(ctx, name)
             publish_context = await self._attached(ctx, spec)
         stage_secrets = await _secrets(ctx.objects, spec.stage_secret, "NodeStageSecretRef",
                                        "MapVolume.SetUpDevice" if spec.block else "MountVolume.MountDevice")
@@ -414,6 +419,20 @@ class CsiStage(Prepare, Observe):
         await ctx.publish(VolumeMounted(volume=spec.spec_name, driver=spec.driver, target=str(mounted.target),
                                         adopted=mounted.adopted, block=spec.block))
         return Ready(spec, mounted.target)
+
+    @staticmethod
+    async def _listed_attached(ctx: PodContext, name: str) -> None:
+        """The attach-detach controller lists the volume in the Node's volumesAttached once its
+        attach succeeded; the kubelet mounts nothing before that, whatever the VolumeAttachment
+        says (VerifyControllerAttachedVolume), and neither do we: the controller's own record
+        is what keeps it from detaching the volume from under the pod."""
+        try:
+            node = await ctx.objects.get(NODE, ctx.node.name, max_age=0)
+        except ObjectError as exc:
+            raise _NotInNodeStatus(f"error getting node {ctx.node.name!r}: {exc}") from None
+        attached = ((node or {}).get("status") or {}).get("volumesAttached") or []
+        if not any(entry.get("name") == name for entry in attached):
+            raise _NotInNodeStatus("Volume not attached according to node status")
 
     async def _attached(self, ctx: PodContext, spec: VolumeSpec) -> Mapping[str, str]:
         """The VolumeAttachment's attachmentMetadata once attached (csiAttacher.WaitForAttach)."""
@@ -509,6 +528,10 @@ class CsiStage(Prepare, Observe):
 
 class _Unattached(Exception):
     """The VolumeAttachment is missing or not attached yet."""
+
+
+class _NotInNodeStatus(Exception):
+    """The Node's status.volumesAttached does not list the volume yet."""
 
 
 class _NotReportedInUse(Exception):

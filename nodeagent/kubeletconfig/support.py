@@ -55,7 +55,7 @@ FIELDS: Mapping[str, Support] = {
     "staticPodPath": _h("a directory of manifests (a single file is not supported)"),
     "podLogsDir": _h(),
     "syncFrequency": _h("the resync of configMap/secret volumes and env (apivolumes resyncSeconds)"),
-    "fileCheckFrequency": _h("full rescans of staticPodPath; changes are also seen sooner"),
+    "fileCheckFrequency": _h("full rescans of staticPodPath; changes are also seen at once (inotify)"),
     "httpCheckFrequency": _u("no manifest URL source"),
     "staticPodURL": _u("no manifest URL source"),
     "staticPodURLHeader": _u("no manifest URL source"),

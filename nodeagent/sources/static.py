@@ -26,6 +26,7 @@ from nodeagent import events as ev
 from nodeagent.kube import runtimeclass
 from nodeagent.objects.filestore import FileObjects
 from nodeagent.objects.kinds import RUNTIME_CLASS
+from nodeagent.sources.dirwatch import DirectoryWatch
 from nodeagent.sources.manifest import MAX_MANIFEST_BYTES, ManifestError
 from nodeagent.sources.staticpod import FileObject, parse_documents, parse_manifest, static_pod_uid
 
@@ -34,7 +35,14 @@ log = structlog.get_logger("nodeagent.sources.static")
 __all__ = ["MAX_MANIFEST_BYTES", "ManifestError", "StaticPodSource", "parse_documents", "parse_manifest",
            "static_pod_uid"]
 
-POLL_SECONDS = 0.25  # a stat of each file: cheap, and a new manifest starts within a quarter second
+POLL_SECONDS = 0.25
+"""A stat of each file, while the directory is not watched (no inotify, no directory yet)."""
+WATCHED_POLL_SECONDS = 2.0
+"""The same while inotify watches the directory: only the safety net for a change it cannot see
+(a file on another mount inside the directory)."""
+BURST_SETTLE_SECONDS = 0.005
+"""After a change is reported, how long the rest of its burst (many manifests written at once)
+is let in before the scan, so that one scan takes them all."""
 
 
 @dataclass
@@ -52,6 +60,7 @@ class StaticPodSource:
     publish: Callable[[ev.Event], Awaitable[None]]
     full_rescan_seconds: float = 20.0
     poll_seconds: float = POLL_SECONDS
+    watched_poll_seconds: float = WATCHED_POLL_SECONDS
     objects: FileObjects | None = None
     """Standalone: where the object documents of the directory go (ResourceClaims, RuntimeClasses,
     ... for the stages that read them); None in cluster mode, where objects come from the API."""
@@ -68,16 +77,25 @@ class StaticPodSource:
         return set(self._wanted)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Scan, publish the initial set, report started, then keep watching."""
-        await self._scan_guarded(force=True)
-        task_status.started()
-        last_full = time.monotonic()
-        while True:
-            await anyio.sleep(self.poll_seconds)
-            force = time.monotonic() - last_full >= self.full_rescan_seconds
-            if force:
-                last_full = time.monotonic()
-            await self._scan_guarded(force=force)
+        """Scan, publish the initial set, report started, then keep watching: a scan when inotify
+        reports a change in the directory, and every poll period (longer while watched)."""
+        watch = DirectoryWatch(self.directory)
+        try:
+            watch.arm()  # before the first scan: a manifest written during it is not missed
+            await self._scan_guarded(force=True)
+            task_status.started()
+            last_full = time.monotonic()
+            while True:
+                # A scan that failed is tried again at the poll period, watched or not.
+                watched = watch.active and not self._reconcile_pending
+                if await watch.wait(self.watched_poll_seconds if watched else self.poll_seconds):
+                    await anyio.sleep(BURST_SETTLE_SECONDS)
+                force = time.monotonic() - last_full >= self.full_rescan_seconds
+                if force:
+                    last_full = time.monotonic()
+                await self._scan_guarded(force=force)
+        finally:
+            watch.close()
 
     async def _scan_guarded(self, force: bool) -> None:
         # A bug of ours in one scan must not end the source (and with it the agent): the pods

@@ -157,8 +157,13 @@ class Node:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
         env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT dumps every thread's stack into the log (stop_agent)
+        # GANG_AGENT_PROFILE=DIR: each agent under cProfile, DIR/<node>.pstats written at its
+        # orderly stop (its timings are then inflated: for where the CPU goes, not for figures).
+        profile = os.environ.get("GANG_AGENT_PROFILE")
+        python = [sys.executable, *(["-m", "cProfile", "-o", str(Path(profile) / f"{self.name}.pstats")]
+                                    if profile else [])]
         with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "run", "--config", str(self.config_path),
+            self.proc = subprocess.Popen([*python, "-m", "nodeagent", "run", "--config", str(self.config_path),
                                           "--log-format", "json", *(["-v"] if os.environ.get("GANG_E2E_VERBOSE") else [])],
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                          cwd=REPO, env=env)

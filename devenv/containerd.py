@@ -457,6 +457,7 @@ class Containerd:
         if not self.is_running():
             self.runtime.ensure()  # containerd 2.x: built on first use (minutes, once)
             self._claim_base_dir()
+            self._drop_stale_bridge()
             self.write_config()
             env = dict(os.environ)
             # containerd finds containerd-shim-runc-v2 (1.6) and runc on PATH.
@@ -473,6 +474,18 @@ class Containerd:
         else:
             self._check_running_runtime()
         self.wait_ready()
+
+    def _drop_stale_bridge(self) -> None:
+        """A bridge of our name with another address than our subnet's gateway was left by a
+        dead environment of this base dir whose config went with the dir (the name comes from
+        the dir, the subnet from what was free when it was made). The bridge plugin refuses to
+        reuse it ("already has an IP address different from ..."), which would fail every
+        sandbox; no pod of this configuration can be on it, so it goes."""
+        subnet = ipaddress.ip_network(self.subnet)
+        gateway = f"{next(subnet.hosts())}/{subnet.prefixlen}"  # host-local's, as isGateway sets it
+        addresses = hostclean.link_ipv4_networks(self.bridge_name)
+        if addresses and gateway not in addresses:
+            hostclean.delete_link(self.bridge_name)
 
     def _claim_base_dir(self) -> None:
         """Before a start: a base dir last used by the other runtime gets a fresh

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import hashlib
+import json
 import os
 import re
 import signal
@@ -157,6 +158,21 @@ def delete_link(name: str) -> bool:
         return False
     subprocess.run(["ip", "link", "del", name], capture_output=True, stdin=subprocess.DEVNULL)
     return True
+
+
+def link_ipv4_networks(name: str) -> list[str]:
+    """The IPv4 interfaces (address/prefix, as `ip` prints them) of a network interface;
+    empty when it does not exist."""
+    if not Path("/sys/class/net", name).exists():
+        return []
+    out = subprocess.run(["ip", "-j", "-4", "addr", "show", "dev", name], capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL).stdout
+    try:
+        links = json.loads(out or "[]")
+    except ValueError:
+        return []
+    return [f"{a['local']}/{a['prefixlen']}" for link in links for a in link.get("addr_info", [])
+            if "local" in a and "prefixlen" in a]
 
 
 def delete_cni_cache(network_name: str, sandbox_ids: list[str],

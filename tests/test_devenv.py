@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import subprocess
 import sys
@@ -121,6 +122,24 @@ def scratch_env() -> Iterator[Containerd]:
         yield env
     finally:
         env.destroy()
+
+
+def test_a_bridge_left_on_another_subnet_by_a_dead_environment_of_the_dir_is_replaced(
+        scratch_env: Containerd) -> None:
+    """The bridge's name comes from the base dir, its subnet from what was free at the time: a
+    run killed before its teardown leaves a bridge that the next run of the same dir, on another
+    subnet, could not use (every sandbox failed: "already has an IP address different from")."""
+    env = scratch_env
+    subprocess.run(["ip", "link", "add", env.bridge_name, "type", "bridge"], check=True)
+    subprocess.run(["ip", "addr", "add", "10.251.0.1/16", "dev", env.bridge_name], check=True)
+    env.start()
+    env.import_images()
+    log_dir = str(env.base_dir / "pods")
+    os.makedirs(log_dir)
+    with RawCRI(env.socket_path) as cri:
+        _, ip = _run_web_pod(cri, log_dir)
+    assert ipaddress.ip_address(ip) in ipaddress.ip_network(env.subnet)
+    assert "root:x:0:0" in _http_get(f"http://{ip}:8080/passwd")
 
 
 def test_pod_network_restart_and_clean_stop(scratch_env: Containerd,

@@ -595,7 +595,7 @@ def run(opts: Options) -> int:
     info.wall_seconds = time.monotonic() - t_start
     cases = rep.build_cases([(s.name, s.location) for s in selected], skip_reasons, parsed, not_run)
     summary = rep.write_all(reports, cases, info)
-    if opts.markdown:
+    if opts.markdown and opts.markdown.resolve() != (reports / "report.md").resolve():
         opts.markdown.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(reports / "report.md", opts.markdown)
     log(f"report: {reports / 'report.md'}, JUnit: {reports / 'junit.xml'}")

@@ -116,6 +116,8 @@ class Relister:
         self._pods: dict[str, PodRuntime] = {}
         self._containers: dict[str, ContainerRecord] = {}
         self._changed: dict[str, anyio.Event] = {}
+        self._versions: dict[str, int] = {}
+        """Per pod: how many changes of its record were announced (``version``)."""
         self._poke = anyio.Event()
         self._want_full = False
         """A node-wide relist was asked for (``request_relist()`` without a pod, a broken stream,
@@ -159,7 +161,19 @@ class Relister:
     def pods(self) -> dict[str, PodRuntime]:
         return dict(self._pods)
 
-    async def wait_changed(self, uid: str, timeout: float | None = None) -> None:
+    def version(self, uid: str) -> int:
+        """A number that changes with every change of the pod's record: a reader keeps the one
+        it read with the record, and ``wait_changed(since=)`` tells it what it missed."""
+        return self._versions.get(uid, 0)
+
+    async def wait_changed(self, uid: str, timeout: float | None = None, since: int | None = None) -> None:
+        """Until the pod's record changes (or ``timeout`` passes). ``since``: the ``version``
+        the caller last read the record at; a change after it returns at once. Without it a
+        change that came while the caller was busy (between reading the record and this call)
+        would be missed until the next one: with events, that can be the safety-net relist."""
+        if since is not None and self._versions.get(uid, 0) != since:
+            await anyio.lowlevel.checkpoint()
+            return
         event = self._changed.setdefault(uid, anyio.Event())
         with anyio.move_on_after(timeout):
             await event.wait()
@@ -220,7 +234,10 @@ class Relister:
                 self._want_pods.add(uid)
 
     def _wake(self, uid: str) -> None:
-        if uid and uid in self._changed:
+        if not uid:
+            return
+        self._versions[uid] = self._versions.get(uid, 0) + 1
+        if uid in self._changed:
             self._changed.pop(uid).set()
 
     @property
@@ -625,6 +642,10 @@ class Relister:
         if scope is None:
             changed_pods |= set(self._pods) - set(new_pods)
             self._pods = new_pods
+            # Versions of pods gone with nobody waiting on them (a reader that still holds one
+            # sees a different number, looks again and finds the pod gone).
+            for uid in set(self._versions) - set(new_pods) - set(self._changed) - changed_pods:
+                del self._versions[uid]
         else:
             for uid in scope - set(new_pods):
                 if self._pods.pop(uid, None) is not None:

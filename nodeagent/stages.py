@@ -252,7 +252,9 @@ class PodContext(Protocol):
         ``timeout`` seconds on ``ctx.clock`` without one. The pod's change feed: no polling."""
 
     async def runtime_changed(self, timeout: float | None = None) -> None:
-        """Return when the relister saw a change for this pod (or ``timeout`` passed)."""
+        """Return when the relister saw a change for this pod (or ``timeout`` passed): at once
+        when the pod's record changed since this stage last read ``observed``, so that a change
+        that came while the stage was busy is not waited out."""
 
     def request_relist(self, expect: Expectation | None = None) -> None:
         """Ask the relister to look at this pod in the runtime now (after this stage changed

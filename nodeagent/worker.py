@@ -137,6 +137,8 @@ class StageContext:
         self.additions = AdditionsAccess(worker.additions, stage, CONTAINER_ADDITIONS in provides,
                                          CONTAINER_ADDITIONS in reads)
         self._status = services.status.reporter(worker.ref.uid)
+        self._observed_version: int | None = None
+        """The relister's version of the pod's record when this stage last read ``observed``."""
         self.log = log.bind(pod=str(worker.ref), uid=worker.ref.uid, stage=stage)
 
     @property
@@ -165,7 +167,10 @@ class StageContext:
 
     @property
     def observed(self) -> PodRuntime:
-        return self._worker.services.relister.pod(self._worker.ref.uid)
+        relister = self._worker.services.relister
+        # The version first: a change between the two reads makes the next wait return at once.
+        self._observed_version = relister.version(self._worker.ref.uid)
+        return relister.pod(self._worker.ref.uid)
 
     async def pod_changed(self, since: Pod, timeout: float) -> bool:
         if self.pod is not since:
@@ -173,7 +178,8 @@ class StageContext:
         return await first_of(self._worker.spec_changed.wait(), self.clock.sleep(timeout)) == 0
 
     async def runtime_changed(self, timeout: float | None = None) -> None:
-        await self._worker.services.relister.wait_changed(self._worker.ref.uid, timeout)
+        await self._worker.services.relister.wait_changed(self._worker.ref.uid, timeout,
+                                                          since=self._observed_version)
 
     def request_relist(self, expect: Expectation | None = None) -> None:
         # This pod's runtime state changed: relisting it alone shows the stage what it did.

@@ -207,3 +207,27 @@ async def test_an_exit_and_a_sandboxs_stop_are_taken_from_their_events_and_move_
     assert not await relister._apply(t.ContainerEvent(
         container_id="c9", container_event_type=stray.container_event_type, pod_sandbox_status=other,
         containers_statuses=stray.containers_statuses))
+
+
+async def test_a_change_that_came_while_the_reader_was_busy_is_not_waited_out() -> None:
+    """A stage reads the pod's record, is busy for a moment (a status computed, a message read),
+    and a container's exit comes meanwhile: its wait must return at once, not at the next change
+    (with events that can be the safety-net relist, 10 s later: a pod whose containers both
+    exited right after their start was reported Succeeded only then)."""
+    relister, _, _ = await relister_with_pod()
+    read_at = relister.version(UID)
+    await relister._apply(event("c1", t.ContainerEventType.CONTAINER_STARTED_EVENT, t.ContainerState.CONTAINER_RUNNING))
+    with anyio.fail_after(5):
+        await relister.wait_changed(UID, timeout=30, since=read_at)
+    # Read again: nothing newer, so the wait waits for the next change.
+    read_at = relister.version(UID)
+    with anyio.move_on_after(0.3) as waited:
+        await relister.wait_changed(UID, timeout=30, since=read_at)
+    assert waited.cancelled_caught
+    # A waiter already waiting is woken by the change, as before.
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(relister.wait_changed, UID, 30, read_at)
+            await anyio.sleep(0.05)
+            await relister._apply(event("c1", t.ContainerEventType.CONTAINER_STOPPED_EVENT,
+                                        t.ContainerState.CONTAINER_EXITED))

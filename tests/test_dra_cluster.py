@@ -183,7 +183,8 @@ async def test_claim_from_a_template_is_allocated_by_the_scheduler_prepared_and_
 
         await kubectl(cp, "delete", "pod", name, "--wait=false")
         await calls(driver, UNPREPARE, 1, claim["metadata"]["uid"])
-        assert driver.prepared() == []
+        # The driver records the call when it comes in and removes the claim's CDI spec after.
+        await wait_for(lambda: _true(driver.prepared() == []), 30, "the claim's CDI spec removed by the driver")
         await wait_for(lambda: _true(checkpoint(env).entries == {}), 30, "the checkpoint emptied")
         await wait_for(lambda: _gone(cp, "pod", name), 60, f"pod {name} gone from the API")
 

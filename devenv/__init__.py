@@ -10,6 +10,9 @@ module proxy) or `containerd1.6` (Debian's); see devenv.runtime.
 CLI: `python -m devenv up|down|status|packages|images|runtime [--dir DIR]`.
 """
 
+import devenv.forkexec  # noqa: F401  (first: gRPC's fork handlers off before gRPC loads)
+
+# isort: split
 from devenv.containerd import DEFAULT_DIR, DEFAULT_SUBNET, NAMESPACE, Containerd, derived_subnet
 from devenv.images import (
     ALL_IMAGE_NAMES,

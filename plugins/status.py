@@ -428,6 +428,7 @@ class StatusStage(Observe):
     async def observe(self, ctx: PodContext) -> None:
         # The runtime stage made its notes in prepare; without that stage nothing ever notes.
         notes = ctx.facts.get(RUNTIME_NOTES) or RuntimeNotes()
+        before: PodStatus | None = None
         while True:
             changed = notes.changed
             runtime = ctx.observed
@@ -436,7 +437,8 @@ class StatusStage(Observe):
                           recursive_read_only=dict(notes.recursive_read_only),
                           node_ip=ctx.node.ip, now=time.time(),
                           resize=ctx.facts.get(RESIZE), reset_at=ctx.facts.get(RESTART_ALL_AT) or 0)
-            status = compute(ctx.pod, runtime, facts)
+            status = carry_last_states(compute(ctx.pod, runtime, facts), before)
+            before = status
             for name in settled(ctx.pod, runtime, status.phase):
                 # A waiting reason (RunContainerError, ...) only shows while the container is to
                 # be restarted; otherwise its terminated state does (convertToAPIContainerStatuses).
@@ -446,6 +448,35 @@ class StatusStage(Observe):
                 ctx.complete(status.phase)
                 return
             await _changed(ctx, changed)
+
+
+def carry_last_states(status: PodStatus, before: PodStatus | None) -> PodStatus:
+    """lastState where the runtime no longer has the instance before: the kubelet (with
+    RestartAllContainersOnContainerExits, beta and on in 1.37) takes it from the status it
+    reported before (convertContainerStatus): that status's terminated state when the container
+    ID changed since, else its lastState. The runtime's own previous instance still wins; this
+    covers an instance the container GC removed (one dead instance per container is kept, and
+    it may already be the newest) or a restart of all containers."""
+    if before is None:
+        return status
+    old = {cs.name: cs for cs in [*(before.init_container_statuses or []), *(before.container_statuses or [])]}
+
+    def carried(statuses: list[ContainerStatus] | None) -> list[ContainerStatus] | None:
+        if statuses is None:
+            return None
+        out = []
+        for cs in statuses:
+            prior = old.get(cs.name)
+            if cs.last_state.terminated is None and prior is not None and cs.container_id is not None:
+                if prior.container_id != cs.container_id and prior.state.terminated is not None:
+                    cs = cs.model_copy(update={"last_state": ContainerState(terminated=prior.state.terminated)})
+                elif prior.last_state.terminated is not None:
+                    cs = cs.model_copy(update={"last_state": ContainerState(terminated=prior.last_state.terminated)})
+            out.append(cs)
+        return out
+
+    return status.model_copy(update={"init_container_statuses": carried(status.init_container_statuses),
+                                     "container_statuses": carried(status.container_statuses)})
 
 
 async def _changed(ctx: PodContext, notes_changed: anyio.Event) -> None:

@@ -22,7 +22,7 @@ from plugins.runtime.events import ContainerKilled
 from plugins.runtime.plan import plan
 from plugins.runtime.sync import go_duration
 from plugins.runtime.termination import Victim, kill
-from plugins.status import Facts
+from plugins.status import Facts, carry_last_states
 from plugins.status import compute as compute_status
 
 SANDBOX = SandboxRecord(id="sb1", attempt=0, ready=True, created_at=1, pod_ip="10.0.0.2")
@@ -283,3 +283,35 @@ def test_a_command_whose_executable_name_no_file_can_have_is_a_config_error() ->
         container_config(long_name, long_name.spec.containers[0], 0, "sha256:x", "n1")
     fine = with_command("/bin/" + "y" * 4000, "y" * 100_000)  # an argument may be long
     assert container_config(fine, fine.spec.containers[0], 0, "sha256:x", "n1").command[0].startswith("/bin/y")
+
+
+def test_a_last_state_the_runtime_no_longer_has_is_carried_from_the_status_before() -> None:
+    """The container GC keeps one dead instance per container: once an init container's second
+    run has ended, its first is removed, and the runtime alone gives no lastState. The kubelet
+    (RestartAllContainersOnContainerExits) takes it from the status it reported before; the
+    upstream RestartAllContainers test reads it ("container init do not have lastTerminationState")."""
+    p = pod("Never", init=[{"name": "init", "image": "busybox"}])
+    both = runtime(rec("init", "exited", exit_code=0, attempt=0), rec("init", "exited", exit_code=3, attempt=1),
+                   rec("main", "running"))
+    before = compute_status(p, both)
+    [init] = before.init_container_statuses or []
+    assert init.restart_count == 1 and init.last_state.terminated is not None
+    first_run = init.last_state.terminated
+
+    collected = runtime(rec("init", "exited", exit_code=3, attempt=1), rec("main", "running"))
+    assert (compute_status(p, collected).init_container_statuses or [])[0].last_state.terminated is None
+    carried = carry_last_states(compute_status(p, collected), before)
+    assert (carried.init_container_statuses or [])[0].last_state.terminated == first_run
+
+    # The instance that was current before, and is replaced since: its end becomes lastState.
+    restarted = runtime(rec("init", "exited", exit_code=3, attempt=1), rec("main", "running", attempt=1))
+    ended = compute_status(p, runtime(rec("init", "exited", exit_code=3, attempt=1),
+                                      rec("main", "exited", exit_code=42, attempt=0)))
+    now = carry_last_states(compute_status(p, restarted), ended)
+    [main] = now.container_statuses or []
+    assert main.last_state.terminated is not None and main.last_state.terminated.exit_code == 42
+    # The runtime's own previous instance wins over the status before.
+    both_main = runtime(rec("init", "exited", exit_code=3, attempt=1), rec("main", "exited", exit_code=7, attempt=0),
+                        rec("main", "running", attempt=1))
+    [main] = carry_last_states(compute_status(p, both_main), ended).container_statuses or []
+    assert main.last_state.terminated is not None and main.last_state.terminated.exit_code == 7

@@ -124,6 +124,16 @@ def scratch_env() -> Iterator[Containerd]:
         env.destroy()
 
 
+def _start_with_web_pod(env: Containerd) -> tuple[str, str]:
+    """Start the environment, import the images, run the web pod: its id and IP."""
+    env.start()
+    env.import_images()
+    log_dir = str(env.base_dir / "pods")
+    os.makedirs(log_dir)
+    with RawCRI(env.socket_path) as cri:
+        return _run_web_pod(cri, log_dir)
+
+
 def test_a_bridge_left_on_another_subnet_by_a_dead_environment_of_the_dir_is_replaced(
         scratch_env: Containerd) -> None:
     """The bridge's name comes from the base dir, its subnet from what was free at the time: a
@@ -132,12 +142,7 @@ def test_a_bridge_left_on_another_subnet_by_a_dead_environment_of_the_dir_is_rep
     env = scratch_env
     subprocess.run(["ip", "link", "add", env.bridge_name, "type", "bridge"], check=True)
     subprocess.run(["ip", "addr", "add", "10.251.0.1/16", "dev", env.bridge_name], check=True)
-    env.start()
-    env.import_images()
-    log_dir = str(env.base_dir / "pods")
-    os.makedirs(log_dir)
-    with RawCRI(env.socket_path) as cri:
-        _, ip = _run_web_pod(cri, log_dir)
+    _, ip = _start_with_web_pod(env)
     assert ipaddress.ip_address(ip) in ipaddress.ip_network(env.subnet)
     assert "root:x:0:0" in _http_get(f"http://{ip}:8080/passwd")
 
@@ -146,12 +151,7 @@ def test_pod_network_restart_and_clean_stop(scratch_env: Containerd,
                                             containerd: Containerd) -> None:
     env = scratch_env
     assert env.subnet != containerd.subnet and env.bridge_name != containerd.bridge_name
-    env.start()
-    env.import_images()
-    log_dir = str(env.base_dir / "pods")
-    os.makedirs(log_dir)
-    with RawCRI(env.socket_path) as cri:
-        pod_id, ip = _run_web_pod(cri, log_dir)
+    pod_id, ip = _start_with_web_pod(env)
     assert "root:x:0:0" in _http_get(f"http://{ip}:8080/passwd")
 
     # Containers outlive a containerd restart; CRI finds the pod again.

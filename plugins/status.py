@@ -468,10 +468,10 @@ def carry_last_states(status: PodStatus, before: PodStatus | None) -> PodStatus:
         for cs in statuses:
             prior = old.get(cs.name)
             if cs.last_state.terminated is None and prior is not None and cs.container_id is not None:
-                if prior.container_id != cs.container_id and prior.state.terminated is not None:
-                    cs = cs.model_copy(update={"last_state": ContainerState(terminated=prior.state.terminated)})
-                elif prior.last_state.terminated is not None:
-                    cs = cs.model_copy(update={"last_state": ContainerState(terminated=prior.last_state.terminated)})
+                replaced = prior.container_id != cs.container_id and prior.state.terminated is not None
+                terminated = prior.state.terminated if replaced else prior.last_state.terminated
+                if terminated is not None:
+                    cs = cs.model_copy(update={"last_state": ContainerState(terminated=terminated)})
             out.append(cs)
         return out
 

@@ -392,12 +392,12 @@ class CsiStage(Prepare, Observe):
         if spec.source != "csi":
             path, host_path_type = await set_up_local(spec, info, ctx.node.labels)
             return Ready(spec, path, host_path_type)
+        name = unique_name(spec.driver, spec.handle)
         if spec.lifecycle == "Persistent":
-            self._in_use.setdefault(info.uid, set()).add(unique_name(spec.driver, spec.handle))
+            self._in_use.setdefault(info.uid, set()).add(name)
         csidriver = self._csidriver(spec.driver)
         publish_context: Mapping[str, str] = {}
         if spec.lifecycle == "Persistent" and _attach_required(csidriver):
-            name = unique_name(spec.driver, spec.handle)
             if not self._handle.volume_reported_in_use(name):
                 raise _NotReportedInUse()
             await self._listed_attached(ctx, name)

@@ -435,6 +435,9 @@ async def test_sidecars_start_in_order_run_alongside_and_stop_last(containerd: A
         (s1,), (s2,), (main,) = (named(runtime, n) for n in ("s1", "s2", "main"))
         assert s1.started_at < s2.started_at < main.started_at
         assert main.finished_at < s2.finished_at < s1.finished_at  # stopped last first
+        # The ContainerKilled fact follows StopContainer's return and a status read; the exit
+        # itself (and so the phase) can be seen first (CI at ccca38c read the facts too soon).
+        await wait_for(lambda: _async(len(facts(env, "done", "ContainerKilled")) == 2), 45, "both sidecars killed")
         killed = {e["container"]: e for e in facts(env, "done", "ContainerKilled")}
         assert killed["s1"]["reason"] == killed["s2"]["reason"] == "PodCompleted"
 
@@ -526,8 +529,9 @@ async def test_post_start_hooks(containerd: Any, tmp_path: Path) -> None:
             assert cs_of(status, "main")["lastState"]["terminated"]
             failed = facts(env, "failing", "HookFailed")
             assert failed and failed[0]["reason"] == "FailedPostStartHook" and failed[0]["hook"] == "PostStart"
-            killed = facts(env, "failing", "ContainerKilled")
-            assert killed and killed[0]["reason"] == "FailedPostStartHook"
+            # The ContainerKilled fact follows StopContainer's return: the status can show the kill first.
+            killed = await wait_for(lambda: _async(facts(env, "failing", "ContainerKilled")), 45, "the kill's fact")
+            assert killed[0]["reason"] == "FailedPostStartHook"
 
             await status_where(env, "http", lambda s: cs_of(s, "main").get("started"), "started")
             line, headers = server.requests[server.paths().index("/start?x=1")]

@@ -51,7 +51,7 @@ from cri.types import ContainerState, PodSandboxState
 from nodeagent import labels as L
 from nodeagent.backoff import Backoff
 from nodeagent.events import ContainerExited, ContainerStarted, Event, PodRef, RuntimeAvailable, RuntimeUnavailable
-from nodeagent.runtimeview import ContainerRecord, Expectation, PodRuntime, SandboxRecord
+from nodeagent.runtimeview import ContainerRecord, Expectation, PodRuntime, SandboxRecord, sandbox_ips
 
 log = structlog.get_logger("nodeagent.pleg")
 
@@ -131,6 +131,8 @@ class Relister:
         """When the last node-wide relist ended (monotonic): the periodic one is due a period later."""
         self.healthy = False
         self.last_relist: float = 0.0
+        self._listed_at = 0.0
+        """When the last node-wide listing that succeeded began (wall time; 0: none yet)."""
         self._runtime_down = False
         self._stream_since: float | None = None
         """When the current event stream was opened (None: no stream)."""
@@ -156,7 +158,9 @@ class Relister:
     # --- reading ----------------------------------------------------------------------
 
     def pod(self, uid: str) -> PodRuntime:
-        return self._pods.get(uid) or PodRuntime(uid=uid)
+        """The pod's record. A pod the cache does not hold gets an empty one as of the last
+        node-wide listing (``seen_at``): the runtime had nothing of it then; 0 before any."""
+        return self._pods.get(uid) or PodRuntime(uid=uid, seen_at=self._listed_at)
 
     def pods(self) -> dict[str, PodRuntime]:
         return dict(self._pods)
@@ -436,8 +440,9 @@ class Relister:
             return True
         if not ready:
             return False
+        ips = sandbox_ips(status)
         record = SandboxRecord(id=status.id, attempt=status.metadata.attempt, ready=True, created_at=status.created_at,
-                               pod_ip=status.network.ip if status.network is not None else "")
+                               pod_ip=ips[0] if ips else "", pod_ips=ips)
         if pod is None:
             pod = PodRuntime(uid=uid, name=status.metadata.name, namespace=status.metadata.namespace,
                              sandboxes=(record,), changed_at=now, labels=dict(status.labels),
@@ -483,6 +488,7 @@ class Relister:
             await self._publish(RuntimeAvailable(source="pleg", endpoint=self._runtime.endpoint, runtime="CRI"))
         self.healthy = True
         self.last_relist = time.time()
+        self._listed_at = listed_at
         if self._on_relist:
             self._on_relist(time.monotonic() - begin)
 
@@ -530,15 +536,9 @@ class Relister:
         identity: dict[str, tuple[str, str, dict[str, str], dict[str, str]]] = {}
         for s in mine:
             uid = s.metadata.uid
-            ip = ""
             by_pod.setdefault(uid, []).append(
-                SandboxRecord(
-                    id=s.id,
-                    attempt=s.metadata.attempt,
-                    ready=s.state == PodSandboxState.SANDBOX_READY,
-                    created_at=s.created_at,
-                    pod_ip=ip,
-                )
+                SandboxRecord(id=s.id, attempt=s.metadata.attempt, ready=s.state == PodSandboxState.SANDBOX_READY,
+                              created_at=s.created_at)
             )
             identity[uid] = (s.metadata.name, s.metadata.namespace, dict(s.labels), dict(s.annotations))
 
@@ -559,7 +559,7 @@ class Relister:
                 seen[c.id] = old  # the same, or a listing older than the event that moved it on
             else:
                 changed.append((c, state))
-        old_ips = {sb.id: sb.pod_ip for pod in self._pods.values() for sb in pod.sandboxes}
+        old_ips = {sb.id: sb.pod_ips for pod in self._pods.values() for sb in pod.sandboxes}
         unknown_ips = [sb.id for sbs in by_pod.values() for sb in sbs if sb.ready and not old_ips.get(sb.id)]
         # What the listing leaves to ask (changed containers, new sandboxes' IPs) is asked before
         # the cache changes, within the relist's bound: a runtime that stops answering between the
@@ -567,7 +567,7 @@ class Relister:
         # listed, instead of holding the relister for a read's whole deadline.
         with anyio.move_on_after(RELIST_TIMEOUT_SECONDS) as bound:
             inspected = await self._inspect_all(changed)
-            ips = {sid: await self._sandbox_ip(sid) for sid in unknown_ips}
+            ips = {sid: await self._sandbox_ips(sid) for sid in unknown_ips}
         if bound.cancelled_caught:
             raise NoAnswer(f"no answer to ContainerStatus/PodSandboxStatus within {RELIST_TIMEOUT_SECONDS:g}s")
         # Sandboxes events added or stopped after this listing began, it could not show: the
@@ -629,7 +629,7 @@ class Relister:
             name, ns, labels, annotations = identity[uid]
             conts = tuple(by_uid.get(uid, ()))
             old_pod = self._pods.get(uid)
-            sb_records = [replace(sb, pod_ip=sb.pod_ip or old_ips.get(sb.id) or ips.get(sb.id, "")) for sb in sbs]
+            sb_records = [_with_ips(sb, old_ips.get(sb.id) or ips.get(sb.id, ())) for sb in sbs]
             # An expectation met by events since the listing began made the record that fresh.
             seen_at = max(listed_at, old_pod.seen_at) if old_pod is not None else listed_at
             pod = PodRuntime(uid=uid, name=name, namespace=ns, sandboxes=tuple(sb_records), containers=conts,
@@ -692,15 +692,19 @@ class Relister:
             return None  # removed between list and status; the next relist settles it
         return _record(st, c.labels.get(L.POD_UID, ""), c.pod_sandbox_id, state)
 
-    async def _sandbox_ip(self, sandbox_id: str) -> str:
+    async def _sandbox_ips(self, sandbox_id: str) -> tuple[str, ...]:
         try:
             st = await self._runtime.pod_sandbox_status(sandbox_id)
         except Unavailable as exc:
             raise NoAnswer(str(exc)) from exc
         except CriError:
-            return ""
-        network = getattr(st, "network", None)
-        return network.ip if network is not None else ""
+            return ()
+        return sandbox_ips(st)
+
+
+def _with_ips(sandbox: SandboxRecord, ips: tuple[str, ...]) -> SandboxRecord:
+    """The listing's record with the IPs known for it (a listing does not show them)."""
+    return replace(sandbox, pod_ip=ips[0] if ips else "", pod_ips=ips) if ips else sandbox
 
 
 def _record(st: t.ContainerStatus, pod_uid: str, sandbox_id: str, state: str) -> ContainerRecord:

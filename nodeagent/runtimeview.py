@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
+from cri import types as t
 from nodeagent import labels as L
 
 Expectation: TypeAlias = tuple[str, Literal["created", "running", "ready"]]
@@ -24,6 +25,8 @@ class SandboxRecord:
     ready: bool
     created_at: int
     pod_ip: str = ""
+    pod_ips: tuple[str, ...] = ()
+    """Every IP CNI gave the sandbox, the primary (``pod_ip``) first; () while not known."""
 
 
 @dataclass(frozen=True)
@@ -108,3 +111,11 @@ EMPTY = PodRuntime(uid="")
 
 def pod_identity(labels: dict[str, str]) -> tuple[str, str, str]:
     return labels.get(L.POD_UID, ""), labels.get(L.POD_NAME, ""), labels.get(L.POD_NAMESPACE, "")
+
+
+def sandbox_ips(status: t.PodSandboxStatus) -> tuple[str, ...]:
+    """A sandbox's IPs as PodSandboxStatus (or a container event) gives them, the primary first."""
+    network = status.network
+    if network is None:
+        return ()
+    return tuple(ip for ip in (network.ip, *(a.ip for a in network.additional_ips)) if ip)

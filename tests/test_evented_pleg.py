@@ -125,3 +125,40 @@ async def test_a_start_is_taken_from_its_event_without_listing_the_pod_again(
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_new_pods_start_asks_the_runtime_only_what_the_relister_cannot_tell(
+        containerd: Any, tmp_path: Path) -> None:
+    """The runtime stage's calls for a pod the agent never ran: no ListPodSandbox (the
+    relister's node-wide listing showed no sandbox of it, and only the stage makes new ones) and
+    no PodSandboxStatus (the sandbox's IPs come with its start event, or with the listing its
+    expectation asks for on a runtime without events). What is left is RunPodSandbox,
+    ImageStatus, CreateContainer and StartContainer. A pod the agent ran before is listed."""
+    async with running_agent(containerd, tmp_path) as env:
+        env.write("first.yaml", pod_manifest("first"))
+        await env.wait_seen_running("first", 60)
+        counted = CountingRuntime(env.agent.services.runtime)
+        env.agent.services.runtime = counted  # type: ignore[assignment]  # workers made from now on
+        env.write("two.yaml", pod_manifest("two"))
+        await env.wait_seen_running("two", 60)
+        uid = env.uid_of("two") or ""
+        names = [name for name, _, _ in counted.calls]
+        assert not counted.named("list_pod_sandbox", "pod_sandbox_status"), names
+        assert {"run_pod_sandbox", "create_container", "start_container"} <= set(names), names
+        status = env.status_of("two")
+        assert status["podIP"] and status["podIPs"][0]["ip"] == status["podIP"]
+
+        # Its sandbox gone under it (as a node's reboot leaves a pod): the stage makes a new
+        # one, and having run one before, lists what the runtime holds of the pod first.
+        (sandbox,) = [s for s in await env.client.list_pod_sandbox()
+                      if s.metadata is not None and s.metadata.uid == uid]
+        await env.client.stop_pod_sandbox(sandbox.id)
+
+        async def replaced() -> bool:
+            ready = [s for s in await env.client.list_pod_sandbox() if s.metadata is not None
+                     and s.metadata.uid == uid and s.state == 0]  # SANDBOX_READY
+            return bool(ready) and ready[0].id != sandbox.id
+
+        await wait_for(replaced, 60, "a new sandbox for the pod")
+        listed = [args[0] if args else kwargs.get("filter") for _, args, kwargs in counted.named("list_pod_sandbox")]
+        assert any(f is not None and f.label_selector.get(L.POD_UID) == uid for f in listed), listed

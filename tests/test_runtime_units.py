@@ -315,3 +315,67 @@ def test_a_last_state_the_runtime_no_longer_has_is_carried_from_the_status_befor
                         rec("main", "running", attempt=1))
     [main] = carry_last_states(compute_status(p, both_main), ended).container_statuses or []
     assert main.last_state.terminated is not None and main.last_state.terminated.exit_code == 7
+
+
+# --- a sandbox's IPs: the relister's record first ------------------------------------------
+
+
+class _SandboxStatusRuntime:
+    """PodSandboxStatus alone, counted: what the stage asks when the record cannot tell."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def pod_sandbox_status(self, sandbox_id: str) -> t.PodSandboxStatus:
+        self.asked.append(sandbox_id)
+        return t.PodSandboxStatus(id=sandbox_id, state=t.PodSandboxState.SANDBOX_READY,
+                                  network=t.PodSandboxNetworkStatus(ip="10.0.0.9"))
+
+
+def _with_sandbox(*, ips: tuple[str, ...] = ("10.0.0.2", "fd00::2"), ready: bool = True) -> PodRuntime:
+    return runtime(sandboxes=(SandboxRecord(id="sb1", attempt=0, ready=ready, created_at=1,
+                                            pod_ip=ips[0] if ips else "", pod_ips=ips),))
+
+
+@pytest.mark.anyio
+async def test_a_sandboxs_ips_come_from_the_relisters_record_without_asking_the_runtime() -> None:
+    from plugins.runtime import seen
+
+    asking = _SandboxStatusRuntime()
+    ctx = FakePodContext(pod=pod(), runtime=asking, observed=_with_sandbox())
+    assert await seen.sandbox_ips(ctx, "sb1") == ("10.0.0.2", "fd00::2")
+    assert await seen.sandbox_ips(ctx, "sb1") == ("10.0.0.2", "fd00::2")  # kept
+    assert asking.asked == []
+
+
+@pytest.mark.anyio
+async def test_a_just_run_sandboxs_ips_are_awaited_in_the_record_then_asked_for() -> None:
+    import anyio
+
+    from plugins.runtime import seen
+
+    # The event (or listing) brings the record a moment after RunPodSandbox answered.
+    asking = _SandboxStatusRuntime()
+    ctx = FakePodContext(pod=pod(), runtime=asking, observed=runtime(sandboxes=()))
+    async with anyio.create_task_group() as tg:
+        async def recorded() -> None:
+            await anyio.sleep(0.05)
+            ctx.set_observed(_with_sandbox(ips=("10.0.0.3",)))
+        tg.start_soon(recorded)
+        assert await seen.sandbox_ips(ctx, "sb1") == ("10.0.0.3",)
+    assert asking.asked == []
+
+    # No record within the bound (an event gone missing): the runtime is asked.
+    asking = _SandboxStatusRuntime()
+    ctx = FakePodContext(pod=pod(), runtime=asking, observed=runtime(sandboxes=()))
+    with anyio.fail_after(seen.RECORD_WAIT_SECONDS + 5):
+        assert await seen.sandbox_ips(ctx, "sb1") == ("10.0.0.9",)
+    assert asking.asked == ["sb1"]
+
+    # A host-network sandbox has no IP of its own, which the record cannot tell from "not known".
+    asking = _SandboxStatusRuntime()
+    host = pod().model_copy(update={"spec": pod().spec.model_copy(update={"host_network": True})})
+    ctx = FakePodContext(pod=host, runtime=asking, observed=_with_sandbox(ips=()))
+    with anyio.fail_after(1):
+        await seen.sandbox_ips(ctx, "sb1")
+    assert asking.asked == ["sb1"]

@@ -95,6 +95,10 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         """The Burstable tier's size last written (None: not yet, or the write failed)."""
         self._images = ImagePuller.new(node_keyring, pull_records)
         self._ledger = Ledger()
+        self._sandboxes_run: set[str] = set()
+        """Pods (UIDs) this agent has asked RunPodSandbox for, until their cleanup removed every
+        sandbox: only for these can the runtime hold a sandbox the relister's first listing did
+        not show (see _existing_sandboxes)."""
         self.starts = StartCounts()
         self._sync = Syncer(node_name, self._ensure_sandbox, self._pod_ip_of, self._image_ref,
                             Resizer(self._ledger), self._image_volumes)
@@ -146,7 +150,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
 
     async def _ensure_sandbox(self, ctx: PodContext) -> None:
         pod = ctx.pod
-        sandboxes = await self._sandboxes(ctx)
+        sandboxes = await self._existing_sandboxes(ctx)
         ready = sorted((s for s in sandboxes if s.state == t.PodSandboxState.SANDBOX_READY),
                        key=lambda s: s.created_at, reverse=True)
         await self._remove_empty_leftovers(ctx, [s for s in sandboxes if not ready or s.id != ready[0].id])
@@ -180,6 +184,17 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
         ctx.stash[POD_IP] = await self._sandbox_ip(ctx, sandbox_id)
         await ctx.publish(SandboxStarted(sandbox_id=sandbox_id, attempt=attempt, pod_ip=ctx.stash[POD_IP]))
 
+    async def _existing_sandboxes(self, ctx: PodContext) -> list[t.PodSandbox]:
+        """The pod's sandboxes before the stage ensures one. A pod this agent never ran a sandbox
+        for, and that the relister's records (a node-wide listing since the agent started, and
+        the events since) show none of, has none: a sandbox of it from before the agent started
+        would have been in that listing, and only this stage makes new ones. Its first start
+        then skips a ListPodSandbox (the kubelet's pod cache answers the same question there)."""
+        observed = ctx.observed
+        if ctx.ref.uid not in self._sandboxes_run and observed.seen_at > 0 and not observed.sandboxes:
+            return []
+        return await self._sandboxes(ctx)
+
     async def _create_sandbox(self, ctx: PodContext, attempt: int) -> tuple[str, t.PodSandboxConfig]:
         pod = ctx.pod
         # The kubelet resolves the handler and the user namespace in generatePodSandboxConfig:
@@ -195,6 +210,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             raise SandboxConfigError(f"Failed to create pod sandbox: cannot create the pod log directory: "
                                      f"{exc.strerror}") from None
         await self._pod_cgroup(ctx)
+        self._sandboxes_run.add(ctx.ref.uid)  # before the call: one that fails may still have made it
         try:
             return await ctx.runtime.run_pod_sandbox(config, runtime_handler=handler), config
         except CriError as exc:
@@ -333,6 +349,7 @@ class RuntimeStage(Prepare, Start, Observe, Cleanup):
             except NotFound:
                 continue
             await ctx.publish(SandboxRemoved(sandbox_id=sandbox.id))
+        self._sandboxes_run.discard(ctx.ref.uid)  # the runtime holds none of the pod's sandboxes now
         ctx.stash.pop(SANDBOX)
         self._ledger.release(ctx.ref.uid)
         self._images.forget(ctx.ref.uid)

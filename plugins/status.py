@@ -17,9 +17,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import anyio
+from pydantic import ValidationError
 
 from cri import CriError
 from nodeagent.kube.resize import (
@@ -428,7 +429,10 @@ class StatusStage(Observe):
     async def observe(self, ctx: PodContext) -> None:
         # The runtime stage made its notes in prepare; without that stage nothing ever notes.
         notes = ctx.facts.get(RUNTIME_NOTES) or RuntimeNotes()
-        before: PodStatus | None = None
+        # Before this stage reported anything: the status the API holds (the kubelet's
+        # oldPodStatus falls back to pod.Status when its status manager has none, as after a
+        # restart of the agent), so that a lastState the container GC took since is kept.
+        before: PodStatus | None = reported_before(ctx.pod.status)
         while True:
             changed = notes.changed
             runtime = ctx.observed
@@ -477,6 +481,41 @@ def carry_last_states(status: PodStatus, before: PodStatus | None) -> PodStatus:
 
     return status.model_copy(update={"init_container_statuses": carried(status.init_container_statuses),
                                      "container_statuses": carried(status.container_statuses)})
+
+
+_TERMINATED_FIELDS = ("exitCode", "reason", "message", "startedAt", "finishedAt", "containerID")
+"""What carry_last_states carries of a terminated state (the API's has ``signal`` too; the
+agent never writes it)."""
+
+
+def reported_before(status: Mapping[str, Any]) -> PodStatus | None:
+    """A pod's status as the API holds it, as far as carry_last_states reads it (each container's
+    name, ID, terminated state and last terminated state); None when it has no container status.
+    An entry that does not parse is left out: it carries nothing."""
+
+    def terminated(state: Any) -> ContainerState:
+        found = state.get("terminated") if isinstance(state, Mapping) else None
+        if not isinstance(found, Mapping):
+            return ContainerState()
+        return ContainerState(terminated=ContainerStateTerminated.model_validate(
+            {k: found[k] for k in _TERMINATED_FIELDS if k in found}))
+
+    def entries(key: str) -> list[ContainerStatus] | None:
+        out = []
+        for entry in status.get(key) or ():
+            try:
+                out.append(ContainerStatus(name=entry["name"], image="", image_id="", ready=False, restart_count=0,
+                                           container_id=entry.get("containerID"),
+                                           state=terminated(entry.get("state")),
+                                           last_state=terminated(entry.get("lastState"))))
+            except (KeyError, TypeError, AttributeError, ValidationError):
+                continue
+        return out or None
+
+    init, regular = entries("initContainerStatuses"), entries("containerStatuses")
+    if init is None and regular is None:
+        return None
+    return PodStatus(init_container_statuses=init, container_statuses=regular)
 
 
 async def _changed(ctx: PodContext, notes_changed: anyio.Event) -> None:

@@ -22,7 +22,7 @@ from plugins.runtime.events import ContainerKilled
 from plugins.runtime.plan import plan
 from plugins.runtime.sync import go_duration
 from plugins.runtime.termination import Victim, kill
-from plugins.status import Facts, carry_last_states
+from plugins.status import Facts, carry_last_states, reported_before
 from plugins.status import compute as compute_status
 
 SANDBOX = SandboxRecord(id="sb1", attempt=0, ready=True, created_at=1, pod_ip="10.0.0.2")
@@ -317,6 +317,25 @@ def test_a_last_state_the_runtime_no_longer_has_is_carried_from_the_status_befor
     assert main.last_state.terminated is not None and main.last_state.terminated.exit_code == 7
 
 
+def test_after_an_agent_restart_the_status_before_is_the_one_the_api_holds() -> None:
+    """The kubelet's oldPodStatus is pod.Status when its status manager has none (a restarted
+    kubelet): what the agent reported before its restart, read back from the API, carries a
+    lastState the container GC removed while the agent was away."""
+    p = pod("Never", init=[{"name": "init", "image": "busybox"}])
+    reported = compute_status(p, runtime(rec("init", "exited", exit_code=0, attempt=0),
+                                         rec("init", "exited", exit_code=3, attempt=1), rec("main", "running")))
+    in_api = reported.to_api()
+    in_api["initContainerStatuses"][0]["lastState"]["terminated"]["signal"] = 0  # the API's; never ours
+    in_api["containerStatuses"].append({"name": "broken", "state": {"terminated": {"reason": "no exit code"}}})
+    before = reported_before(in_api)
+    assert before is not None and [c.name for c in before.container_statuses or []] == ["main"]
+    collected = runtime(rec("init", "exited", exit_code=3, attempt=1), rec("main", "running"))
+    [init] = carry_last_states(compute_status(p, collected), before).init_container_statuses or []
+    assert init.last_state.terminated is not None and init.last_state.terminated.exit_code == 0
+    assert init.last_state == (reported.init_container_statuses or [])[0].last_state
+    assert reported_before({}) is None and reported_before({"phase": "Pending", "conditions": []}) is None
+
+
 # --- a sandbox's IPs: the relister's record first ------------------------------------------
 
 
@@ -379,3 +398,26 @@ async def test_a_just_run_sandboxs_ips_are_awaited_in_the_record_then_asked_for(
     with anyio.fail_after(1):
         await seen.sandbox_ips(ctx, "sb1")
     assert asking.asked == ["sb1"]
+
+
+@pytest.mark.anyio
+async def test_the_status_stage_starts_from_the_status_the_api_holds() -> None:
+    import anyio
+
+    from plugins.status import StatusStage
+
+    p = pod("Never", init=[{"name": "init", "image": "busybox"}])
+    reported = compute_status(p, runtime(rec("init", "exited", exit_code=0, attempt=0),
+                                         rec("init", "exited", exit_code=3, attempt=1), rec("main", "running")))
+    restarted = p.model_copy(update={"status": reported.to_api()})  # the pod as the API serves it
+    class _Messages:  # ContainerStatus for the termination messages the stage reads: none
+        async def container_status(self, container_id: str) -> t.ContainerStatus:
+            return t.ContainerStatus(id=container_id, state=t.ContainerState.CONTAINER_EXITED)
+
+    ctx = FakePodContext(pod=restarted, runtime=_Messages(),
+                         observed=runtime(rec("init", "exited", exit_code=3, attempt=1), rec("main", "running")))
+    with anyio.move_on_after(0.5):
+        await StatusStage().observe(ctx)  # type: ignore[arg-type]
+    assert ctx.status.observed is not None
+    [init] = ctx.status.observed.init_container_statuses or []
+    assert init.last_state.terminated is not None and init.last_state.terminated.exit_code == 0

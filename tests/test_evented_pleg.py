@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
+from cri import types as t
 from nodeagent import labels as L
 from tests.agent_helpers import BUSYBOX_IMAGE, CountingRuntime, pod_manifest, running_agent, wait_for
 
@@ -156,7 +157,7 @@ async def test_a_new_pods_start_asks_the_runtime_only_what_the_relister_cannot_t
 
         async def replaced() -> bool:
             ready = [s for s in await env.client.list_pod_sandbox() if s.metadata is not None
-                     and s.metadata.uid == uid and s.state == 0]  # SANDBOX_READY
+                     and s.metadata.uid == uid and s.state == t.PodSandboxState.SANDBOX_READY]
             return bool(ready) and ready[0].id != sandbox.id
 
         await wait_for(replaced, 60, "a new sandbox for the pod")

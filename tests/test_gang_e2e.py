@@ -484,10 +484,10 @@ async def test_the_api_server_down_for_30s_during_the_barrier_never_starts_the_g
     for node in c.nodes:
         await c.wait_ready(node)
     # The scheduler's and the controller-manager's watches came back from the outage on a
-    # client-go back-off (up to 30 s): until they have, their caches keep what they last saw. The
-    # next test's cluster deletes this one's nodes and registers its own; a scheduler that missed
-    # the deletion bound the next gang to the nodes gone (the suite at 83a7561: PodGC then
-    # deleted its members as orphans). Restarted, they start from a fresh listing.
+    # client-go back-off (up to 30 s): until they have, their caches keep what they last saw.
+    # This cluster's teardown deletes its nodes and the next test's registers its own; a
+    # scheduler that missed the deletions bound the next gang to nodes gone (the suite at
+    # 83a7561: PodGC then deleted its members as orphans). Restarted, they list afresh.
     for component in ("kube-scheduler", "kube-controller-manager"):
         await anyio.to_thread.run_sync(c.cp.stop_component, component)
         await anyio.to_thread.run_sync(c.cp.start_component, component)

@@ -319,6 +319,9 @@ class Member:
     vote: dict[str, Any] = field(default_factory=dict)
     record_seen: float = 0.0
     pod: dict[str, Any] = field(default_factory=dict)
+    failed_as: dict[str, Any] = field(default_factory=dict)
+    """What the API showed when it first said Failed: the status's reason and conditions, and
+    which managers had written the pod's status (its managedFields), to tell the writer."""
 
 
 def condition(pod: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -671,6 +674,13 @@ class GangCluster:
             m.running = now
         if status.get("phase") == "Failed" and not m.failed:
             m.failed, m.reason, m.message = now, status.get("reason", ""), status.get("message", "")
+            m.failed_as = {
+                "op": op, "reason": status.get("reason"),
+                "conditions": [(c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []],
+                "status_writers": [(f.get("manager"), f.get("time")) for f in
+                                   (pod.get("metadata") or {}).get("managedFields") or []
+                                   if f.get("subresource") == "status"],
+            }
         if op == "DELETED":
             m.deleted = m.deleted or now
 

@@ -153,6 +153,10 @@ class PodReporter:
 
     def set_pod_reason(self, reason: str, message: str = "") -> None:
         def apply(r: _PodRecord) -> None:
+            if r.failed or r.rejected:
+                # Final: a stage clearing its own waiting reason on the way out (dra's unprepare)
+                # must not erase why the pod failed (a gang released it while dra waited).
+                return
             r.reason, r.message = reason, message
 
         self._writer._update(self._uid, apply)

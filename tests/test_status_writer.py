@@ -114,6 +114,26 @@ async def test_a_rejected_pod_keeps_its_rejection_status_when_it_is_then_deleted
     assert {k: sink.writes[-1][k] for k in ("phase", "reason", "message")} == rejected
 
 
+async def test_a_failed_pods_reason_outlives_a_stage_clearing_its_own_waiting_reason() -> None:
+    # A gang released a member while its devices' preparation was failing: the pod failed with
+    # the gang's reason, then the dra stage's unprepare cleared its own waiting reason. The
+    # test_gang_e2e API-outage test read the member Failed with no reason at all (846d1ab).
+    sink = RecordingSink()
+    writer = StatusWriter([sink], host_ip="10.0.0.1")
+    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.set_state("u1", PodState.PREPARING)
+    reporter = writer.reporter("u1")
+    reporter.set_pod_reason("FailedPrepareDynamicResources", "Failed to prepare dynamic resources: ...")
+    writer.fail("u1", "GangAdmissionTimeout", "gang default/g did not commit within 8s")
+    reporter.set_pod_reason("", "")
+    writer.set_state("u1", PodState.TERMINATED)
+    await writer.flush()
+    assert {k: sink.writes[-1].get(k) for k in ("phase", "reason", "message")} == {
+        "phase": "Failed", "reason": "GangAdmissionTimeout", "message": "gang default/g did not commit within 8s"}
+
+
 class SlowSink(RecordingSink):
     """A sink whose writes wait until let go (a file sink's write in a worker thread)."""
 

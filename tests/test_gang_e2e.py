@@ -475,9 +475,9 @@ async def test_the_api_server_down_for_30s_during_the_barrier_never_starts_the_g
     started = c.check_all_or_nothing(members)
     print(f"after the outage the gang {'started whole' if started else 'was released whole'}")
     if not started:
-        # A member has read Failed without a reason here (at e1fefd1 and 846d1ab, 2 runs in 14,
-        # both after the outage, the member released before it reached the barrier while its
-        # agent logged the eviction with GangAdmissionTimeout): the message says who wrote it.
+        # A member released before it reached the barrier once read Failed with no reason here:
+        # dra's unprepare cleared it (fixed in 1c14e93). The message says who wrote each
+        # member's Failed status (its managedFields), which is how that was found.
         assert all(c.pods[m].reason in ("GangAborted", "GangAdmissionTimeout") for m in members), \
             {m: c.pods[m].failed_as for m in members}
     await c.delete_gang(gang)

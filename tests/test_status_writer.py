@@ -28,6 +28,11 @@ class RecordingSink:
         pass
 
 
+REF = PodRef(uid="u1", namespace="ns", name="p")
+ONE_CONTAINER = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                                   "spec": {"containers": [{"name": "c", "image": "i"}]}})
+"""The pod most tests track (as ``REF``): one container ``c``, nothing else."""
+
 RUNNING = {"name": "c", "image": "i", "imageID": "", "ready": True, "started": True, "restartCount": 0,
            "state": {"running": {}}, "lastState": {}}
 """The observed status of a running container ``c``."""
@@ -69,9 +74,7 @@ async def test_a_condition_that_goes_and_comes_back_gets_a_new_transition_time()
     # A resize condition is reported, dropped when the resize is done, and reported again by the
     # next resize: its lastTransitionTime is that of its return, not of its first appearance.
     writer = StatusWriter([RecordingSink()], host_ip="10.0.0.1")
-    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
-    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.track(REF, ONE_CONTAINER)
     writer.set_state("u1", PodState.RUNNING)
     reporter = writer.reporter("u1")
     base = {"phase": "Running", "containerStatuses": [RUNNING]}
@@ -100,9 +103,7 @@ async def test_a_rejected_pod_keeps_its_rejection_status_when_it_is_then_deleted
     # status must still say why it was rejected, in the kubelet's words.
     sink = RecordingSink()
     writer = StatusWriter([sink], host_ip="10.0.0.1")
-    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
-    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.track(REF, ONE_CONTAINER)
     writer.reporter("u1").set_pod_reason("TaintToleration", "Predicate TaintToleration failed: ...")
     writer.set_state("u1", PodState.REJECTED)
     await writer.flush()
@@ -120,9 +121,7 @@ async def test_a_failed_pods_reason_outlives_a_stage_clearing_its_own_waiting_re
     # test_gang_e2e API-outage test read the member Failed with no reason at all (846d1ab).
     sink = RecordingSink()
     writer = StatusWriter([sink], host_ip="10.0.0.1")
-    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
-    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.track(REF, ONE_CONTAINER)
     writer.set_state("u1", PodState.PREPARING)
     reporter = writer.reporter("u1")
     reporter.set_pod_reason("FailedPrepareDynamicResources", "Failed to prepare dynamic resources: ...")
@@ -167,9 +166,7 @@ async def test_a_worker_s_last_flush_waits_for_one_under_way_before_its_pod_is_f
     # Pending in the API).
     slow, api = SlowSink(), OrderSink()
     writer = StatusWriter([slow, api], host_ip="10.0.0.1")
-    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
-    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.track(REF, ONE_CONTAINER)
     writer.reporter("u1").set_pod_reason("TaintToleration", "Predicate TaintToleration failed: ...")
     writer.set_state("u1", PodState.REJECTED)
     async with anyio.create_task_group() as tg:
@@ -211,9 +208,7 @@ async def test_a_failing_sink_is_contained_retried_and_catches_up() -> None:
     good, bad = RecordingSink(), FailingSink()
     contained: list[tuple[str, Exception]] = []
     writer = StatusWriter([bad, good], host_ip="10.0.0.1", contain=lambda task, exc: contained.append((task, exc)))
-    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
-    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.track(REF, ONE_CONTAINER)
     writer.set_state("u1", PodState.ADMITTED)
     async with anyio.create_task_group() as tg:
         await tg.start(writer.run)
@@ -243,11 +238,9 @@ async def test_a_status_that_cannot_be_computed_is_contained() -> None:
     sink = RecordingSink()
     contained: list[str] = []
     writer = StatusWriter([sink], host_ip="10.0.0.1", contain=lambda task, exc: contained.append(task))
-    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-                              "spec": {"containers": [{"name": "c", "image": "i"}]}})
     other = Pod.model_validate({"metadata": {"name": "q", "namespace": "ns", "uid": "u2"},
                                 "spec": {"containers": [{"name": "c", "image": "i"}]}})
-    writer.track(PodRef(uid="u1", namespace="ns", name="p"), pod)
+    writer.track(REF, ONE_CONTAINER)
     writer.track(PodRef(uid="u2", namespace="ns", name="q"), other)
     # What a buggy stage might say, past the model's validation.
     writer.reporter("u1").set_observed(PodStatus.model_construct(container_statuses="not a list"))

@@ -19,7 +19,7 @@ from nodeagent.stages import NodeInfo, NodeView, Verdict
 from nodeagent.status import rfc3339
 from plugins.gang import GangConfig, GangStage
 from plugins.gang.catalog import ManifestCatalog, NoCatalog
-from plugins.gang.declaration import DeclarationError, created_at, declaration_of
+from plugins.gang.declaration import DeclarationError, GangKey, created_at, declaration_of
 
 pytestmark = pytest.mark.anyio
 
@@ -148,6 +148,50 @@ def test_group_objects_from_a_manifest_directory(tmp_path: Path) -> None:
         "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\nmetadata: {name: a, namespace: ns}\n"
         "spec: {minMember: 5}\n")
     assert declaration_of(member, catalog).min_member == 5  # type: ignore[union-attr]
+
+
+def test_the_view_reads_a_members_declaration_again_only_when_what_it_is_read_from_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member's every status write reaches the views of every node: only a change of its labels,
+    annotations, schedulingGroup or workloadRef builds its Pod model again; the group objects are
+    read at each event, so a PodGroup that changes (or appears) changes the answer at once."""
+    from plugins.gang import view as view_module
+
+    built: list[str] = []
+
+    class CountingPod:
+        @staticmethod
+        def model_validate(obj: Mapping[str, Any]) -> Pod:
+            built.append(obj["metadata"]["uid"])
+            return Pod.model_validate(obj)
+
+    monkeypatch.setattr(view_module, "Pod", CountingPod)
+    catalog = Catalog(podgroup("scheduling.k8s.io/v1beta1", "core", {"schedulingPolicy": {"basic": {}}}))
+    classify = view_module.Classifier(catalog)
+    def api_pod(name: str, annotations: Mapping[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                             "annotations": dict(annotations or {})},
+                "spec": {"containers": [{"name": "main", "image": "busybox"}], **spec}}
+
+    member = api_pod("m", ours("g", 2))
+    assert classify(member) == GangKey("ns", "nodeagent", "g")
+    member["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    assert classify(member) == GangKey("ns", "nodeagent", "g")
+    assert built == ["uid-m"]
+    member["metadata"]["annotations"] = ours("h", 2)
+    assert classify(member) == GangKey("ns", "nodeagent", "h")
+    assert built == ["uid-m", "uid-m"]
+
+    grouped = api_pod("s", schedulingGroup={"podGroupName": "core"})
+    assert classify(grouped) is None  # a basic policy groups the pods; it is no gang
+    catalog.objects[("scheduling.k8s.io", "PodGroup", "ns", "core")] = podgroup(
+        "scheduling.k8s.io/v1beta1", "core", {"schedulingPolicy": {"gang": {"minCount": 2}}})
+    assert classify(grouped) == GangKey("ns", "schedulingGroup", "core")
+    assert built.count("uid-s") == 1
+
+    classify.forget("uid-m")
+    classify(member)
+    assert built.count("uid-m") == 3  # a deleted pod's model is not kept
 
 
 def test_creation_time_from_the_api_or_the_static_source() -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 import httpx2 as httpx  # the HTTP library under lightkube's client (lightkube 1.x requires it)
+import msgspec
 import structlog
 
 from nodeagent.backoff import Backoff
@@ -36,6 +37,10 @@ from nodeagent.objects.kinds import Kind
 from nodeagent.objects.view import DELETED, Scope, Snapshot, View
 
 log = structlog.get_logger("nodeagent.objects")
+
+_decode = msgspec.json.Decoder().decode
+"""JSON to Python objects, several times faster than json.loads: every agent watching a gang's
+namespace decodes each member's every status write, and a pod is kilobytes of JSON."""
 
 WATCH_TIMEOUT_SECONDS = 300
 """The server ends each watch after 5–10 minutes (jittered), as client-go asks it to."""
@@ -180,7 +185,7 @@ class ApiObjects:
             async for line in response.aiter_lines():
                 if not line.strip():
                     continue
-                event = json.loads(line)
+                event = _decode(line)
                 change, obj = event.get("type"), event.get("object") or {}
                 if change == "ERROR":
                     raise ObjectError(f"watch of {view.scope}: {obj.get('message', '')}", obj.get("code"))
@@ -291,7 +296,7 @@ class ApiObjects:
             raise ObjectError(f"{method} {path}: {type(exc).__name__}: {exc}", None) from exc
         if response.status_code >= 400:
             raise _error(method, path, response)
-        data = response.json() if response.content else {}
+        data = _decode(response.content) if response.content else {}
         return data if isinstance(data, dict) else {}
 
     # --- versions ----------------------------------------------------------------------------

@@ -4,7 +4,7 @@ The coordinator needs every member's vote and fate, and every member's agent nee
 coordinator's record, wherever those pods run. The view asks the object store for the pods of
 each namespace in which this node runs a gang member (on demand, the first time a member of
 that namespace is reserved: the store lists and watches them, resumes, relists on 410), keeps
-the ones that declare a gang (:func:`classify`), and calls ``on_change`` with the gangs whose
+the ones that declare a gang (:class:`Classifier`), and calls ``on_change`` with the gangs whose
 pods changed.
 
 Reading other nodes' pods is not allowed by the Node authorizer: a node may list and watch only
@@ -55,22 +55,50 @@ _ANNOTATIONS = (*VOLCANO_ANNOTATIONS, KAI_ANNOTATION, KOORDINATOR_NAME, NAME)
 OnChange = Callable[[set[GangKey]], Awaitable[None]]
 
 
-def classify(obj: Mapping[str, Any], catalog: GroupCatalog) -> GangKey | None:
-    """The gang an API pod declares, or None (no gang, a mirror pod, an unusable declaration)."""
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    spec = obj.get("spec") or {}
-    if L.CONFIG_MIRROR in annotations:
-        return None  # a static pod's copy: its gang is decided on its node alone
-    if not (any(k in labels for k in _LABELS) or any(k in annotations for k in _ANNOTATIONS)
-            or spec.get("schedulingGroup") or spec.get("workloadRef")):
-        return None
-    try:
-        decl = declaration_of(Pod.model_validate(obj), catalog)
-    except (ValidationError, DeclarationError):
-        return None
-    return decl.key if decl is not None else None
+class Classifier:
+    """The gang an API pod declares, or None (no gang, a mirror pod, an unusable declaration).
+
+    A declaration is read from a pod's labels, annotations, schedulingGroup and workloadRef
+    (and the group objects in the catalog, read again at each call). Every status write of a
+    member reaches every agent watching its namespace, so the Pod model a declaration is read
+    from is kept per uid and built again only when one of those fields changed: validating the
+    whole pod at each event cost more than the rest of the view's work together."""
+
+    def __init__(self, catalog: GroupCatalog) -> None:
+        self._catalog = catalog
+        self._parsed: dict[str, tuple[tuple[Any, ...], Pod | None]] = {}
+
+    def __call__(self, obj: Mapping[str, Any]) -> GangKey | None:
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        spec = obj.get("spec") or {}
+        if L.CONFIG_MIRROR in annotations:
+            return None  # a static pod's copy: its gang is decided on its node alone
+        if not (any(k in labels for k in _LABELS) or any(k in annotations for k in _ANNOTATIONS)
+                or spec.get("schedulingGroup") or spec.get("workloadRef")):
+            return None
+        uid = str(meta.get("uid") or "")
+        read_from = (meta.get("namespace"), labels, annotations, spec.get("schedulingGroup"), spec.get("workloadRef"))
+        cached = self._parsed.get(uid)
+        if cached is not None and cached[0] == read_from:
+            pod = cached[1]
+        else:
+            try:
+                pod = Pod.model_validate(obj)
+            except ValidationError:
+                pod = None
+            self._parsed[uid] = (read_from, pod)
+        if pod is None:
+            return None
+        try:
+            decl = declaration_of(pod, self._catalog)
+        except DeclarationError:
+            return None
+        return decl.key if decl is not None else None
+
+    def forget(self, uid: str) -> None:
+        self._parsed.pop(uid, None)
 
 
 @dataclass
@@ -92,7 +120,7 @@ class _Namespace:
 class ClusterView:
     def __init__(self, objects: Any, catalog: GroupCatalog, on_change: OnChange | None = None) -> None:
         self._objects = objects
-        self._catalog = catalog
+        self._classify = Classifier(catalog)
         self.on_change = on_change
         self._namespaces: dict[str, _Namespace] = {}
         self._pods: dict[GangKey, dict[str, PodInfo]] = {}
@@ -137,6 +165,7 @@ class ClusterView:
               new: Mapping[str, Any] | None) -> None:
         first = ns.view is not None and ns.view.synced and not ns.announced
         if change == DELETED and old is not None:
+            self._classify.forget(old["metadata"]["uid"])
             self._note(self._remove(ns, old["metadata"]["uid"]))
         elif new is not None:
             self._note(self._upsert(ns, new))
@@ -168,12 +197,14 @@ class ClusterView:
         """Feed one pod as a watch would (for tests), marking the namespace synced."""
         ns = self._namespaces.setdefault(namespace, _Namespace(namespace))
         ns.fed = True
+        if deleted:
+            self._classify.forget(pod["metadata"]["uid"])
         changed = self._remove(ns, pod["metadata"]["uid"]) if deleted else self._upsert(ns, pod)
         await self._changed(changed)
 
     def _upsert(self, ns: _Namespace, obj: Mapping[str, Any]) -> set[GangKey]:
         uid = obj["metadata"]["uid"]
-        key = classify(obj, self._catalog)
+        key = self._classify(obj)
         changed = self._remove(ns, uid) if self._key_of.get(uid) not in (None, key) else set()
         if key is None:
             return changed | self._remove(ns, uid)

@@ -66,7 +66,7 @@ class Classifier:
 
     def __init__(self, catalog: GroupCatalog) -> None:
         self._catalog = catalog
-        self._parsed: dict[str, tuple[tuple[Any, ...], Pod | None]] = {}
+        self._parsed: dict[str, tuple[tuple[Any, ...], Pod]] = {}
 
     def __call__(self, obj: Mapping[str, Any]) -> GangKey | None:
         meta = obj.get("metadata") or {}
@@ -87,10 +87,8 @@ class Classifier:
             try:
                 pod = Pod.model_validate(obj)
             except ValidationError:
-                pod = None
+                return None  # not kept: what failed may be a field the next event no longer has
             self._parsed[uid] = (read_from, pod)
-        if pod is None:
-            return None
         try:
             decl = declaration_of(pod, self._catalog)
         except DeclarationError:

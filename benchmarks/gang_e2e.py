@@ -237,9 +237,15 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[st
         async with private_runtimes(args.nodes) as runtimes:
             # The floor first, while no agent runs on these runtimes (an agent would take the
             # floor's pods for orphans): all nodes' StartContainer at one instant, no barrier.
-            for floor in await start_floor.measure([r.endpoint for r in runtimes], base / "floor", args.runs):
+            endpoints = [r.endpoint for r in runtimes]
+            for floor in await start_floor.measure(endpoints, base / "floor", args.runs):
                 for key, value in floor.items():
                     results.setdefault(f"floor_{key}", []).append(value)
+            # Again with the members' devices: what runc sets up for 8 GPUs is the members' too.
+            for floor in await start_floor.measure(endpoints, base / "floor", args.runs,
+                                                   cdi_dirs=[r.cdi_spec_dir for r in runtimes], gpus=args.gpus):
+                for key, value in floor.items():
+                    results.setdefault(f"floor_gpus_{key}", []).append(value)
             print("raw CRI floor: " + ", ".join(f"{k}={v[-1]:.3f}" for k, v in sorted(results.items())), flush=True)
             async with gang_cluster(cp, runtimes, args.gpus, base / "nodes", {"timeoutSeconds": args.timeout}) as c:
                 await measure(c, args, results, extra)
@@ -353,6 +359,10 @@ def render(results: dict[str, list[float]], extra: dict[str, Any], meta: dict[st
         lines.append(f"| raw-CRI floor, no agent: every node's StartContainer sent at one instant → start skew "
                      f"| {cell('floor_skew')} | – | |")
         lines.append(f"| · that floor's StartContainer calls, mean | {cell('floor_call_mean')} | – | |")
+    if results.get("floor_gpus_skew"):
+        lines.append(f"| the same floor, each container given {meta['gpus']} fake GPUs through CDI as a member is → "
+                     f"start skew | {cell('floor_gpus_skew')} | – | |")
+        lines.append(f"| · its StartContainer calls, mean | {cell('floor_gpus_call_mean')} | – | |")
     cpu, rss = extra["cpu"], extra["rss"]
     lines += ["", (f"Agents over the whole run ({extra['elapsed']:.0f} s): CPU {statistics.median(cpu):.1f} s median, "
                    f"{max(cpu):.1f} s max per agent; peak RSS {statistics.median(rss):.0f} MiB median, "

@@ -49,6 +49,7 @@ Percentiles use density_test.go's method (sorted list, element ceil(n*p/100) - 1
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -303,13 +304,15 @@ class Baseline:
     """The CRI calls nodeagent's runtime stage makes for a pod, and nothing else."""
 
     def __init__(self, client: RuntimeClient, node: str, logs_dir: Path, image_ref: str,
-                 concurrency: int, grace: int) -> None:
+                 concurrency: int, grace: int, cdi_devices: Sequence[str] = ()) -> None:
         self.client = client
         self.node = node
         self.logs_dir = logs_dir
         self.image_ref = image_ref
         self.concurrency = concurrency
         self.grace = grace
+        self.cdi_devices = list(cdi_devices)
+        """Fully qualified CDI device names every container gets (as DRA's claims give them)."""
 
     def pods(self, n: int) -> list[BaselinePod]:
         out = []
@@ -340,6 +343,8 @@ class Baseline:
         p.sandbox_id = await self.client.run_pod_sandbox(sandbox)
         for container in p.pod.spec.containers:
             config = container_config(p.pod, container, 0, self.image_ref, self.node)
+            if self.cdi_devices:
+                config = dataclasses.replace(config, cdi_devices=[t.CDIDevice(name=n) for n in self.cdi_devices])
             cid = await self.client.create_container(p.sandbox_id, config, sandbox)
             if start:
                 await self.client.start_container(cid)

@@ -125,7 +125,7 @@ class FakeGpuDriver:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; the sockets are removed on the way out (as the kubeletplugin
         helper does), which is how the kubelet notices a plugin that stopped."""
-        await anyio.to_thread.run_sync(self._set_up)
+        await anyio.to_thread.run_sync(self.set_up)
         dra_server = grpc.aio.server()
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1(self), dra_server)  # type: ignore[no-untyped-call]
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(  # type: ignore[no-untyped-call]
@@ -154,7 +154,8 @@ class FakeGpuDriver:
                 self.registration_socket.unlink(missing_ok=True)
                 self.endpoint.unlink(missing_ok=True)
 
-    def _set_up(self) -> None:
+    def set_up(self) -> None:
+        """Its directories and device nodes (serve does this; the start floor calls it alone)."""
         for directory in (self.registry_dir, self.plugin_dir / "dev", self.plugin_dir / "claims", self.cdi_dir):
             directory.mkdir(parents=True, exist_ok=True)
         for path in (self.registration_socket, self.endpoint):

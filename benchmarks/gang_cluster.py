@@ -716,15 +716,16 @@ class GangCluster:
         return json.loads(proc.stdout)
 
 
-def start_runtimes(count: int) -> list[Containerd]:
+def start_runtimes(count: int, under: Path = Path("/tmp")) -> list[Containerd]:
     """``count`` private containerds with the test images, started one after another so that
-    each derives a pod subnet no running one uses. Blocking (the caller's thread)."""
+    each derives a pod subnet no running one uses, each with its root and state in a directory
+    made ``under``. Blocking (the caller's thread)."""
     ensure_packages(log=False)
     archives = build_images()
     envs: list[Containerd] = []
     try:
         for _ in range(count):
-            env = Containerd(Path(tempfile.mkdtemp(prefix="na-ge2e-", dir="/tmp")))
+            env = Containerd(Path(tempfile.mkdtemp(prefix="na-ge2e-", dir=under)))
             envs.append(env)
             env.start()
             env.import_images(archives)
@@ -744,9 +745,10 @@ def stop_runtimes(envs: Sequence[Containerd], *, keep: bool = False) -> None:
 
 
 @asynccontextmanager
-async def private_runtimes(count: int, *, keep: Callable[[], bool] = lambda: False) -> AsyncIterator[list[Containerd]]:
+async def private_runtimes(count: int, *, keep: Callable[[], bool] = lambda: False,
+                           under: Path = Path("/tmp")) -> AsyncIterator[list[Containerd]]:
     """:func:`start_runtimes` for the length of the block; removed at the end unless ``keep()``."""
-    envs = await anyio.to_thread.run_sync(start_runtimes, count)
+    envs = await anyio.to_thread.run_sync(start_runtimes, count, under)
     try:
         yield envs
     finally:

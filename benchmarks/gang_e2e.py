@@ -234,7 +234,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[st
     results: dict[str, list[float]] = {}
     extra: dict[str, Any] = {"partial_starts": 0, "chaos_runs": 0, "unresolved": 0, "device_violations": 0}
     try:
-        async with private_runtimes(args.nodes) as runtimes:
+        async with private_runtimes(args.nodes, under=args.runtime_dir) as runtimes:
             # The floor first, while no agent runs on these runtimes (an agent would take the
             # floor's pods for orphans): all nodes' StartContainer at one instant, no barrier.
             endpoints = [r.endpoint for r in runtimes]
@@ -388,6 +388,10 @@ def main(argv: list[str]) -> int:
                         help="the gang stage's timeoutSeconds (how long the abort runs hold the healthy members)")
     parser.add_argument("--append", type=Path, help="append the table to this Markdown file")
     parser.add_argument("--keep", action="store_true", help="keep the run's directory (the agents' logs)")
+    parser.add_argument("--runtime-dir", type=Path, default=Path("/tmp"),
+                        help="where the containerds keep their root and state (default /tmp: the machine's one "
+                             "disk, which all of them share; /dev/shm takes that sharing out, as separate hosts "
+                             "would have a disk each)")
     args = parser.parse_args(argv)
     load_before, begin = load_average(), time.monotonic()
     results, extra = anyio.run(run, args)

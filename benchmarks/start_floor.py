@@ -7,8 +7,9 @@ runtime's StartContainer takes from there (runc creates and starts the task insi
 CRI cannot split it). The second part is measured here with no agent at all: one pod's container
 created in each of N private containerds, then the N StartContainer calls sent at one instant from
 one process. The spread of the runtimes' own ``startedAt`` is the floor for that many nodes on this
-machine's cores: on N real hosts it is one call's jitter; with 8 containerds on 2 cores it is what
-the calls queueing for the CPU cost.
+machine: on N real hosts it is one call's jitter; with 8 containerds on 2 cores and one disk it is
+what the calls queueing for the CPU and for the disk cost (the runtimes' metadata writes: see
+``--runtime-dir`` of benchmarks/gang_e2e.py).
 
 The pods are the raw-CRI baseline's (benchmarks/pod_start.py: the agent's sandbox and container
 configs). With ``gpus``, each container also gets that many fake GPUs through CDI, as a gang
@@ -32,6 +33,9 @@ from benchmarks.pod_start import Baseline, BaselinePod
 from cri import RuntimeClient
 from drivers.fakegpu import FakeGpuDriver
 
+FLOOR_CLAIM_UID = "start-floor"
+"""The claim the floor's fake GPUs are prepared for (its CDI spec's file name carries it)."""
+
 
 def fake_gpus(cdi_dir: Path, workdir: Path, gpus: int) -> tuple[FakeGpuDriver, list[str]]:
     """``gpus`` devices of a fake GPU driver prepared for one claim, its CDI spec written in
@@ -44,9 +48,6 @@ def fake_gpus(cdi_dir: Path, workdir: Path, gpus: int) -> tuple[FakeGpuDriver, l
     if error:
         raise RuntimeError(f"preparing the floor's fake GPUs: {error}")
     return driver, [name for device in answer for name in device["cdi_device_ids"]]
-
-
-FLOOR_CLAIM_UID = "start-floor"
 
 
 async def simultaneous_start(endpoints: Sequence[str], workdir: Path, *, cdi_dirs: Sequence[Path] = (),
